@@ -1,0 +1,225 @@
+"""``dayflow``: the command-line front end over the store and the loop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from .errors import DayflowError
+from .safe_text import one_line, printable
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("seconds cannot be negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
+                        "~/.local/share/dayflow/dayflow.db)")
+
+    driving = argparse.ArgumentParser(add_help=False)
+    driving.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
+    driving.add_argument("--budget", type=_positive_int, metavar="TOKENS",
+                         help="stop when the whole run has spent this many tokens (in + out)")
+    driving.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop after N model calls")
+    driving.add_argument("--delay", type=_seconds, metavar="SECONDS",
+                         help="slow the offline model down by this much per call (to watch a run)")
+    driving.add_argument("--crash-after", type=_positive_int, metavar="N",
+                         help="test hook: exit right after committing step N")
+
+    parser = argparse.ArgumentParser(prog="dayflow", description="Durable daily-brief agent runs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    brief = sub.add_parser("brief", parents=[common, driving], help="start a new run and print the brief")
+    brief.add_argument("--model", help="model name, or 'offline' (default: $DAYFLOW_MODEL, else offline "
+                       "without ANTHROPIC_API_KEY)")
+    brief.add_argument("--task", help="what to ask the agent (default: the daily brief)")
+
+    runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.add_argument("--limit", type=_positive_int, default=50)
+    runs.add_argument("--status", choices=["queued", "running", "done", "failed", "budget"])
+
+    resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
+    resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
+
+    tasks = sub.add_parser("tasks", parents=[common], help="list tasks")
+    tasks.add_argument("--all", action="store_true", help="include finished tasks")
+    tasks.add_argument("--json", action="store_true")
+
+    show = sub.add_parser("show", parents=[common], help="print a run's transcript")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
+    return parser
+
+
+def _open(args: argparse.Namespace, *, create: bool = True):
+    from .store import open_store
+
+    return open_store(args.db, create=create)
+
+
+def _print_step(event) -> None:
+    if event.phase == "response":
+        print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}")
+        for block in event.assistant:
+            if block.get("type") == "tool_use":
+                print(f"    -> {printable(block.get('name'))}({printable(repr(block.get('input')))})")
+    else:
+        errors = sum(1 for r in event.tool_results or [] if r.get("is_error"))
+        note = f", {errors} error(s)" if errors else ""
+        print(f"    <- {len(event.tool_results or [])} tool result(s){note}")
+    sys.stdout.flush()
+
+
+def _driving_options(args: argparse.Namespace) -> dict:
+    if args.delay is not None:
+        os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
+    return dict(budget_tokens=args.budget, crash_after_step=args.crash_after,
+                on_step=_print_step if args.verbose else None)
+
+
+def _finish(result) -> int:
+    if result.status == "done":
+        print(printable(result.final_text or ""))
+        return 0
+    print(f"dayflow: run {result.run_id} stopped ({result.status}): {printable(result.error or '')}"
+          f"; continue with: dayflow resume {result.run_id}", file=sys.stderr)
+    return 3
+
+
+def cmd_brief(args: argparse.Namespace) -> int:
+    from .loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, run_brief
+
+    store = _open(args)
+    options = _driving_options(args)
+    result = run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
+                       max_steps=args.max_steps or DEFAULT_MAX_STEPS,
+                       on_start=lambda rid: print(f"[run {rid}]", file=sys.stderr, flush=True), **options)
+    return _finish(result)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .loop import resume
+
+    store = _open(args, create=False)
+    run_id = args.run_id
+    if run_id is None:
+        latest = store.latest_unfinished()
+        if latest is None:
+            raise DayflowError("no unfinished run to resume")
+        run_id = latest.id
+    run = store.get_run(run_id)
+    if run.status == "done":
+        result = resume(run.id, store=store)
+        print(f"[resume {run.id}] already finished at step {result.steps}; nothing to call", file=sys.stderr)
+        return _finish(result)
+
+    def announce(rid: str) -> None:
+        current = store.get_run(rid)
+        print(f"[resume {rid}] replaying {current.step_count} committed step(s), "
+              f"{current.input_tokens} in / {current.output_tokens} out already spent", file=sys.stderr, flush=True)
+
+    options = _driving_options(args)
+    result = resume(run.id, store=store, max_steps=args.max_steps, on_start=announce, **options)
+    if result.status == "done":
+        print(f"[resumed {result.run_id} · finished at step {result.steps} · "
+              f"{result.input_tokens} in / {result.output_tokens} out total]", file=sys.stderr)
+    return _finish(result)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .store import effective_status
+
+    store = _open(args, create=False) if args.db or os.environ.get("DAYFLOW_DB") else _open(args)
+    runs = store.list_runs(limit=args.limit, status=[args.status] if args.status else None)
+    if args.json:
+        rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
+                 "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
+                 "output_tokens": r.output_tokens, "model": r.model, "error": r.error} for r in runs]
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not runs:
+        print("no runs yet; start one with: dayflow brief", file=sys.stderr)
+    for r in runs:
+        line = (f"{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
+                f"tokens={r.input_tokens}/{r.output_tokens}  {printable(r.model)}")
+        if r.error and r.status != "done":
+            line += f"  {one_line(r.error, 60)}"
+        print(line)
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    store = _open(args)
+    tasks = store.list_tasks(include_done=args.all)
+    if args.json:
+        print(json.dumps([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
+                           "idempotency_key": t.idempotency_key, "run_id": t.run_id} for t in tasks],
+                         indent=2, ensure_ascii=False))
+        return 0
+    for t in tasks:
+        mark = "x" if t.done else " "
+        due = f"  due {t.due}" if t.due else ""
+        origin = f"  (run {t.run_id})" if t.run_id else ""
+        print(f"[{mark}] {t.id:>4}  {one_line(t.title, 80)}{due}  key={printable(t.idempotency_key)}{origin}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .render import print_transcript
+
+    store = _open(args, create=False)
+    run = store.get_run(args.run_id)
+    print_transcript(run, store.steps(run.id), raw=args.raw)
+    return 0
+
+
+COMMANDS = {"brief": cmd_brief, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DayflowError as exc:
+        print(f"dayflow: error: {printable(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dayflow: interrupted; the run is saved and can be continued with: dayflow resume",
+              file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # last resort: one line, no traceback, unless asked for
+        if os.environ.get("DAYFLOW_DEBUG"):
+            raise
+        from .loop import redact
+
+        print(f"dayflow: internal error: {type(exc).__name__}: {redact(printable(one_line(exc, 300)))} "
+              "(set DAYFLOW_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

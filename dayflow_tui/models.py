@@ -1,0 +1,97 @@
+"""Peewee models: the three tables of a Dayflow database.
+
+The models are bound to ``database_proxy``; ``store.open_store`` initialises
+it. Timestamps are ISO-8601 UTC strings (``clock.iso``): they sort as text,
+compare across SQLite and PostgreSQL alike and read well in a shell.
+"""
+
+from __future__ import annotations
+
+from peewee import (
+    AutoField,
+    BooleanField,
+    CharField,
+    CompositeKey,
+    DatabaseProxy,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+)
+
+database_proxy = DatabaseProxy()
+
+
+class BaseModel(Model):
+    class Meta:
+        database = database_proxy
+        legacy_table_names = False
+
+
+class Run(BaseModel):
+    id = CharField(primary_key=True, max_length=32)
+    user_msg = TextField()
+    # queued | running | done | failed | budget. "interrupted" is never
+    # stored: it is "running" whose owner process is gone (store.effective_status).
+    status = CharField(max_length=16, index=True)
+    final_text = TextField(null=True)
+    # input_tokens is the whole input of every call: uncached + cache writes + cache reads.
+    input_tokens = IntegerField(default=0)
+    output_tokens = IntegerField(default=0)
+    cache_creation_tokens = IntegerField(default=0)
+    cache_read_tokens = IntegerField(default=0)
+    step_count = IntegerField(default=0)
+    model = CharField(max_length=64)
+    budget_tokens = IntegerField(null=True)
+    max_steps = IntegerField(default=12)
+    compact_at = IntegerField(null=True)
+    error = TextField(null=True)
+    owner_host = CharField(max_length=255, null=True)
+    owner_pid = IntegerField(null=True)
+    lease_token = CharField(max_length=32, null=True)
+    heartbeat_at = CharField(max_length=32, null=True)
+    created_at = CharField(max_length=32)
+    updated_at = CharField(max_length=32, index=True)
+
+    class Meta:
+        table_name = "runs"
+        indexes = ((("created_at", "id"), False),)
+
+
+class Step(BaseModel):
+    run = ForeignKeyField(Run, column_name="run_id", backref="steps", on_delete="CASCADE", lazy_load=False)
+    n = IntegerField()
+    stop_reason = CharField(max_length=32, null=True)
+    assistant = TextField()  # JSON: the assistant content blocks as they came over the wire
+    tool_results = TextField(null=True)  # JSON: the tool_result blocks sent back; NULL until tools ran / on end_turn
+    input_tokens = IntegerField(default=0)
+    output_tokens = IntegerField(default=0)
+    cache_creation_input_tokens = IntegerField(default=0)
+    cache_read_input_tokens = IntegerField(default=0)
+    model = CharField(max_length=64, null=True)
+    duration_ms = IntegerField(null=True)  # wall time of the API call
+    request_est_tokens = IntegerField(null=True)  # estimated size of the request as built from history
+    compacted_est_tokens = IntegerField(null=True)  # estimated size after compaction; NULL when not compacted
+    created_at = CharField(max_length=32)
+    tools_done_at = CharField(max_length=32, null=True)
+
+    class Meta:
+        table_name = "steps"
+        primary_key = CompositeKey("run", "n")
+
+
+class Task(BaseModel):
+    id = AutoField()
+    idempotency_key = CharField(max_length=200, unique=True)
+    run = ForeignKeyField(Run, column_name="run_id", null=True, on_delete="SET NULL", lazy_load=False)
+    title = TextField()
+    due = CharField(max_length=32, null=True)
+    notes = TextField(null=True)
+    done = BooleanField(default=False)
+    created_at = CharField(max_length=32)
+
+    class Meta:
+        table_name = "tasks"
+
+
+MODELS = (Run, Step, Task)

@@ -1,0 +1,195 @@
+"""The built-in offline model: a deterministic stand-in for the Messages API.
+
+It reads only the request it is given (never the database), so a brief
+written after a resume proves the stored history round-tripped:
+
+- step 1 calls the read tools (inbox, calendar today and week, tasks);
+- step 2 creates a task for every mail that asks for action (key ``mail-<id>``);
+- step 3 writes the brief from the tool results found in the history.
+
+Responses are real ``anthropic.types.Message`` objects with usage estimated
+from the request size, including the cache reads a real prompt cache gives.
+``DAYFLOW_OFFLINE_DELAY`` (seconds) slows each call so a run can be watched.
+``DAYFLOW_CALL_LOG`` (a file) gets one line per call, for tests that count
+calls across processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from datetime import date, timedelta
+from typing import Any
+
+from anthropic.types import Message
+
+from .tokens import estimate_tokens
+
+OFFLINE_MODEL = "offline"
+
+_ASKS = re.compile(r"\b(could you|can you|please|action required)\b", re.I)
+_NO_ACTION = re.compile(r"no (further )?action needed", re.I)
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_DUE = re.compile(r"\b(?:by|before) (tomorrow|" + "|".join(_WEEKDAYS) + r")\b", re.I)
+
+
+def asks_for_action(mail: dict) -> bool:
+    text = f"{mail.get('subject', '')} {mail.get('snippet', '')}"
+    return bool(_ASKS.search(text)) and not _NO_ACTION.search(text)
+
+
+def due_date(mail: dict, received: date) -> str | None:
+    found = _DUE.search(f"{mail.get('subject', '')} {mail.get('snippet', '')}")
+    if not found:
+        return None
+    word = found.group(1).lower()
+    if word == "tomorrow":
+        return (received + timedelta(days=1)).isoformat()
+    ahead = (_WEEKDAYS.index(word) - received.weekday()) % 7 or 7
+    return (received + timedelta(days=ahead)).isoformat()
+
+
+def _tool_results(messages: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(tool name, input, parsed result payload) for every answered tool call in the history."""
+    calls: dict[str, tuple[str, dict]] = {}
+    found = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if block.get("type") == "tool_use":
+                calls[block["id"]] = (block["name"], block.get("input") or {})
+            elif block.get("type") == "tool_result" and block.get("tool_use_id") in calls:
+                name, args = calls[block["tool_use_id"]]
+                raw = block.get("content")
+                if isinstance(raw, list):
+                    raw = "".join(part.get("text", "") for part in raw if isinstance(part, dict))
+                try:
+                    payload = json.loads(raw) if isinstance(raw, str) else {}
+                except ValueError:
+                    payload = {}
+                found.append((name, args, payload if isinstance(payload, dict) else {}))
+    return found
+
+
+class _Messages:
+    def __init__(self, client: "OfflineClient"):
+        self._client = client
+
+    def create(self, *, model: str, messages: list[dict], max_tokens: int = 4096, system: Any = None,
+               tools: list[dict] | None = None, **_: Any) -> Message:
+        self._client.calls += 1
+        log = os.environ.get("DAYFLOW_CALL_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"{os.getpid()} {len(messages)}\n")
+        if self._client.delay:
+            time.sleep(self._client.delay)
+        content, stop_reason = _respond(messages)
+        request = {"system": system, "tools": tools, "messages": messages}
+        total = estimate_tokens(request)
+        # A real prompt cache re-reads the prefix the previous call wrote (the
+        # history up to its last turn) and writes the rest.
+        previous = {"system": system, "tools": tools, "messages": messages[:-2]} if len(messages) > 2 else None
+        cache_read = min(estimate_tokens(previous), total) if previous is not None and _.get("cache_control") else 0
+        cache_write = total - cache_read if _.get("cache_control") else 0
+        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        return Message.model_validate({
+            "id": f"msg_offline_{digest[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": total - cache_read - cache_write,
+                      "cache_creation_input_tokens": cache_write,
+                      "cache_read_input_tokens": cache_read,
+                      "output_tokens": estimate_tokens(content)},
+        })
+
+
+class OfflineClient:
+    """Quacks like ``anthropic.Anthropic`` for ``client.messages.create``; counts its calls."""
+
+    def __init__(self, delay: float | None = None):
+        self.delay = float(os.environ.get("DAYFLOW_OFFLINE_DELAY", "0") or 0) if delay is None else delay
+        self.calls = 0
+        self.messages = _Messages(self)
+
+
+def _tool_use(step: int, index: int, name: str, args: dict) -> dict:
+    return {"type": "tool_use", "id": f"toolu_off{step:02d}{index:02d}", "name": name, "input": args}
+
+
+def _respond(messages: list[dict]) -> tuple[list[dict], str]:
+    step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+    results = _tool_results(messages)
+    read = {name for name, _args, _payload in results}
+    if not {"read_inbox", "read_calendar", "read_tasks"} <= read:
+        calls = [("read_inbox", {"limit": 20}), ("read_calendar", {"range": "today"}),
+                 ("read_calendar", {"range": "week"}), ("read_tasks", {"include_done": False})]
+        return ([{"type": "text", "text": "Let me look at your inbox, calendar and tasks."}]
+                + [_tool_use(step, i, name, args) for i, (name, args) in enumerate(calls)], "tool_use")
+    if "create_task" not in read:
+        mails = next((p.get("mails", []) for n, _a, p in results if n == "read_inbox"), [])
+        asking = [m for m in mails if isinstance(m, dict) and asks_for_action(m)]
+        if asking:
+            calls = []
+            for mail in asking:
+                args = {"title": f"Follow up: {mail.get('subject', '')}"[:200],
+                        "idempotency_key": f"mail-{mail.get('id')}",
+                        "notes": f"From {mail.get('from', '')}: {mail.get('snippet', '')}"[:2000]}
+                received = str(mail.get("received", ""))[:10]
+                try:
+                    due = due_date(mail, date.fromisoformat(received))
+                except ValueError:
+                    due = None
+                if due:
+                    args["due"] = due
+                calls.append(args)
+            text = f"{len(asking)} mail(s) ask for something; creating follow-up tasks."
+            return ([{"type": "text", "text": text}]
+                    + [_tool_use(step, i, "create_task", a) for i, a in enumerate(calls)], "tool_use")
+    return [{"type": "text", "text": _brief(results)}], "end_turn"
+
+
+def _brief(results: list[tuple[str, dict, dict]]) -> str:
+    today_events = next((p.get("events", []) for n, a, p in results
+                         if n == "read_calendar" and a.get("range") == "today"), [])
+    week_events = next((p.get("events", []) for n, a, p in results
+                        if n == "read_calendar" and a.get("range") == "week"), [])
+    open_tasks = next((p.get("tasks", []) for n, _a, p in results if n == "read_tasks"), [])
+    created = [(p.get("task") or {}, bool(p.get("created"))) for n, _a, p in results
+               if n == "create_task" and p.get("ok")]
+    errors = [p.get("error", {}).get("code", "error") for _n, _a, p in results if p.get("ok") is False]
+    unread = next((sum(1 for m in p.get("mails", []) if m.get("unread")) for n, _a, p in results
+                   if n == "read_inbox"), 0)
+
+    lines = ["## Today"]
+    if today_events:
+        for event in today_events:
+            where = f" ({event['location']})" if event.get("location") else ""
+            lines.append(f"- {event['start'][11:16]}–{event['end'][11:16]} {event['title']}{where}")
+    else:
+        lines.append("- Nothing on the calendar.")
+    lines.append(f"- {unread} unread mail(s); {len(week_events)} event(s) this week.")
+    lines += ["", "## Tasks"]
+    for task, was_created in created:
+        due = f" (due {task['due']})" if task.get("due") else ""
+        lines.append(f"- {'new' if was_created else 'existing'}: {task.get('title', '')}{due}")
+    for task in open_tasks:
+        due = f" (due {task['due']})" if task.get("due") else ""
+        lines.append(f"- open: {task.get('title', '')}{due}")
+    if not created and not open_tasks:
+        lines.append("- No open tasks.")
+    if errors:
+        lines.append(f"- {len(errors)} tool error(s): {', '.join(sorted(set(errors)))}")
+    dated = sorted((t for t, _c in created if t.get("due")), key=lambda t: t["due"])
+    focus = dated[0]["title"] if dated else (today_events[0]["title"] if today_events else "Clear the inbox")
+    lines += ["", "## One thing", f"{focus}."]
+    return "\n".join(lines)

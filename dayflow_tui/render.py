@@ -1,0 +1,57 @@
+"""Rich rendering of a transcript for ``dayflow show``.
+
+Content is wrapped in ``rich.text.Text`` (never parsed as markup) after
+``safe_text.printable`` has neutralised terminal control characters.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.text import Text
+
+from .safe_text import printable
+from .transcript import build_steps
+
+
+def _safe(text: object, style: str = "") -> Text:
+    return Text(printable(text), style=style)
+
+
+def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None) -> None:
+    console = console or Console(highlight=False, soft_wrap=False)
+    header = Text.assemble(("run ", "bold"), (run.id, "bold cyan"), f"  {run.status}  model=",
+                           printable(run.model), f"  tokens={run.input_tokens}/{run.output_tokens}")
+    console.print(header)
+    console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
+    for view in build_steps(steps):
+        gap = f"  +{view.seconds_since_previous:.1f}s" if view.seconds_since_previous is not None else ""
+        console.print(Rule(Text(f"step {view.n} · stop={view.stop_reason} · {view.input_tokens} in / "
+                                f"{view.output_tokens} out · total {view.cum_input}/{view.cum_output}{gap}"),
+                           align="left", style="dim"))
+        if raw:
+            console.print(_safe(view.raw_assistant))
+            if view.raw_tool_results is not None:
+                console.print(_safe(view.raw_tool_results, "dim"))
+            continue
+        if view.problem:
+            console.print(_safe(view.problem, "bold red"))
+            continue
+        for text in view.texts:
+            console.print(_safe(text))
+        for block in view.other_blocks:
+            console.print(_safe(f"[{block.get('type')} block]", "dim italic"))
+        for call in view.calls:
+            console.print(Text.assemble("  -> ", (printable(call.name), "bold"), "(",
+                                        printable(call.compact_input()), ")"))
+            count = f", {call.item_count} item(s)" if call.item_count is not None else ""
+            style = "red" if call.is_error else "green"
+            console.print(Text.assemble("     <- ", (call.outcome, style), count))
+    if run.final_text:
+        console.print(Rule("brief", style="green"))
+        # Markdown from the model is rendered as Markdown, but Rich markup in it is not interpreted.
+        console.print(Markdown(printable(run.final_text)))
+    elif run.error:
+        console.print(Group(Rule("stopped", style="red"), _safe(run.error, "red")))

@@ -1,0 +1,542 @@
+"""The store: owns the database, its schema and every query.
+
+Front ends (CLI, dashboard) and the loop call these functions; nothing else
+runs SQL. Every public method turns a database failure into ``StoreError``
+with one readable line.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import sqlite3
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import peewee
+from peewee import SqliteDatabase, fn
+
+from . import clock
+from .errors import RunBusy, RunNotFound, StoreError
+from .models import MODELS, Run, Step, Task, database_proxy
+from .sample_data import SEED_TASKS
+
+SCHEMA_VERSION = 1
+FINISHED = ("done",)
+RESUMABLE = ("running", "failed", "budget", "queued")
+# A lease whose heartbeat is older than this is taken over from another host.
+# On the owner's own host a dead pid is taken over at once.
+STALE_AFTER_S = 60.0
+HEARTBEAT_EVERY_S = 10.0
+
+HOSTNAME = socket.gethostname()
+
+
+def default_db_path() -> Path:
+    """``$DAYFLOW_DB``, else ``$XDG_DATA_HOME/dayflow/dayflow.db`` (``~/.local/share`` by default)."""
+    env = os.environ.get("DAYFLOW_DB")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "dayflow" / "dayflow.db"
+
+
+def _db_errors(method: Callable) -> Callable:
+    """Map driver errors to one readable ``StoreError`` line."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (peewee.PeeweeException, sqlite3.Error) as exc:
+            raise StoreError(f"{self.label}: {_describe(exc)}") from exc
+
+    return wrapper
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    low = text.lower()
+    if "file is not a database" in low or "malformed" in low:
+        return f"not a readable Dayflow database ({text})"
+    if "readonly" in low or "read-only" in low:
+        return f"database is read-only ({text})"
+    if "disk is full" in low or "disk i/o" in low:
+        return f"cannot write: {text}"
+    if "unable to open" in low:
+        return f"cannot open database file ({text})"
+    return text
+
+
+@dataclass
+class StepRecord:
+    """One model call as it goes into the ``steps`` table."""
+
+    n: int
+    stop_reason: str | None
+    assistant: list[dict]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    model: str | None = None
+    duration_ms: int | None = None
+    request_est_tokens: int | None = None
+    compacted_est_tokens: int | None = None
+
+    @property
+    def tool_uses(self) -> list[dict]:
+        return [b for b in self.assistant if b.get("type") == "tool_use"]
+
+
+@dataclass
+class Lease:
+    """The right to drive one run. Holds a heartbeat thread while alive."""
+
+    store: "Store"
+    run_id: str
+    token: str
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    lost: bool = False
+
+    def start_heartbeat(self, every: float = HEARTBEAT_EVERY_S) -> None:
+        def beat() -> None:
+            try:
+                while not self._stop.wait(every):
+                    if not self.store.heartbeat(self):
+                        self.lost = True
+                        return
+            except Exception:  # a failed beat must never kill the driver; the lease just ages
+                pass
+            finally:
+                self.store.close_thread_connection()
+
+        self._thread = threading.Thread(target=beat, name=f"heartbeat-{self.run_id}", daemon=True)
+        self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+
+# Leases held by this process (by token): the same pid owning a run through
+# a token that is not here means that owner is gone (a finished worker thread).
+_ACTIVE_LEASES: set[str] = set()
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a live (non-zombie) process on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _age_seconds(iso_ts: str | None) -> float | None:
+    if not iso_ts:
+        return None
+    then = datetime.fromisoformat(iso_ts.replace("Z", "+00:00"))
+    return (clock.now() - then).total_seconds()
+
+
+def owner_alive(run: Run, stale_after: float = STALE_AFTER_S) -> bool:
+    """Is the process recorded as the run's owner still driving it?"""
+    if run.owner_pid is None:
+        return False
+    if run.owner_host == HOSTNAME:
+        if run.owner_pid == os.getpid():
+            return run.lease_token in _ACTIVE_LEASES
+        return pid_alive(run.owner_pid)
+    age = _age_seconds(run.heartbeat_at)
+    return age is not None and age < stale_after
+
+
+def effective_status(run: Run) -> str:
+    """The status a user should see: a 'running' run with a dead owner is 'interrupted'."""
+    if run.status == "running" and not owner_alive(run):
+        return "interrupted"
+    return run.status
+
+
+def holder(run: Run) -> str:
+    return f"pid {run.owner_pid} on {run.owner_host}"
+
+
+class Store:
+    """One open Dayflow database."""
+
+    def __init__(self, db: peewee.Database, label: str):
+        self.db = db
+        self.label = label
+        database_proxy.initialize(db)
+
+    # -- connection ------------------------------------------------------
+
+    def close(self) -> None:
+        if not self.db.is_closed():
+            self.db.close()
+
+    def close_thread_connection(self) -> None:
+        """Close this thread's connection (Peewee keeps one per thread)."""
+        try:
+            if not self.db.is_closed():
+                self.db.close()
+        except Exception:
+            pass
+
+    def _write_tx(self):
+        # BEGIN IMMEDIATE takes the write lock up front, so two writers queue on
+        # the busy timeout instead of failing when a read upgrades to a write.
+        if isinstance(self.db, SqliteDatabase):
+            return self.db.atomic("IMMEDIATE")
+        return self.db.atomic()
+
+    @_db_errors
+    def change_marker(self) -> tuple:
+        """Cheap value that changes whenever another connection commits."""
+        if isinstance(self.db, SqliteDatabase):
+            return (self.db.execute_sql("PRAGMA data_version").fetchone()[0],)
+        return tuple(Run.select(fn.MAX(Run.updated_at), fn.COUNT(Run.id)).tuples().get())
+
+    # -- runs ------------------------------------------------------------
+
+    @_db_errors
+    def create_run(self, user_msg: str, *, model: str, budget_tokens: int | None = None,
+                   max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
+                   status: str = "queued") -> Run:
+        """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
+        now = clock.iso()
+        with self._write_tx():
+            return Run.create(id=run_id or uuid.uuid4().hex[:12], user_msg=user_msg, status=status,
+                              model=model, budget_tokens=budget_tokens, max_steps=max_steps,
+                              compact_at=compact_at, created_at=now, updated_at=now)
+
+    @_db_errors
+    def create_claimed_run(self, user_msg: str, *, model: str, budget_tokens: int | None = None,
+                           max_steps: int = 12, compact_at: int | None = None,
+                           run_id: str | None = None) -> tuple[Run, Lease]:
+        """A new run already leased to this process (no window for a worker to take it)."""
+        token = uuid.uuid4().hex
+        now = clock.iso()
+        with self._write_tx():
+            run = Run.create(id=run_id or uuid.uuid4().hex[:12], user_msg=user_msg, status="running",
+                             model=model, budget_tokens=budget_tokens, max_steps=max_steps,
+                             compact_at=compact_at, created_at=now, updated_at=now, owner_host=HOSTNAME,
+                             owner_pid=os.getpid(), lease_token=token, heartbeat_at=now)
+        _ACTIVE_LEASES.add(token)
+        return run, Lease(self, run.id, token)
+
+    @_db_errors
+    def get_run(self, run_id: str) -> Run:
+        run = Run.get_or_none(Run.id == run_id)
+        if run is None:
+            matches = list(Run.select().where(Run.id.startswith(run_id)).limit(2)) if len(run_id) >= 4 else []
+            if len(matches) == 1:
+                return matches[0]
+            raise RunNotFound(f"no run with id {run_id!r} in {self.label}")
+        return run
+
+    @_db_errors
+    def latest_unfinished(self) -> Run | None:
+        return (Run.select().where(Run.status.in_(RESUMABLE))
+                .order_by(Run.created_at.desc(), Run.id.desc()).first())
+
+    @_db_errors
+    def list_runs(self, *, limit: int = 50, before: tuple[str, str] | None = None,
+                  status: Iterable[str] | None = None, search: str | None = None) -> list[Run]:
+        """Runs newest first, a window at a time (keyset on ``(created_at, id)``)."""
+        query = Run.select(*[f for f in Run._meta.sorted_fields if f.name != "final_text"])
+        if before is not None:
+            created, rid = before
+            query = query.where((Run.created_at < created) | ((Run.created_at == created) & (Run.id < rid)))
+        if status:
+            query = query.where(Run.status.in_(list(status)))
+        if search:
+            query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search)
+                                | Run.final_text.contains(search) | Run.error.contains(search))
+        return list(query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit))
+
+    @_db_errors
+    def count_runs(self) -> int:
+        return Run.select().count()
+
+    @_db_errors
+    def runs_updated_since(self, since: str) -> list[Run]:
+        """Runs touched after ``since`` (an ``updated_at`` value): the rows a live view must redraw."""
+        return list(Run.select().where(Run.updated_at > since).order_by(Run.updated_at))
+
+    @_db_errors
+    def finish_run(self, run_id: str, status: str, *, final_text: str | None = None,
+                   error: str | None = None, lease: Lease | None = None) -> None:
+        with self._write_tx():
+            self._set_run(run_id, lease, status=status, final_text=final_text, error=error)
+
+    def _set_run(self, run_id: str, lease: Lease | None, **values: Any) -> None:
+        values["updated_at"] = clock.iso()
+        query = Run.update(**values).where(Run.id == run_id)
+        if lease is not None:
+            query = query.where(Run.lease_token == lease.token)
+        if query.execute() != 1:
+            raise RunBusy(f"run {run_id} was taken over by another process")
+
+    @_db_errors
+    def update_limits(self, run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,
+                      lease: Lease | None = None) -> None:
+        values: dict[str, Any] = {}
+        if budget_tokens is not None:
+            values["budget_tokens"] = budget_tokens
+        if max_steps is not None:
+            values["max_steps"] = max_steps
+        with self._write_tx():
+            self._set_run(run_id, lease, **values)
+
+    # -- leases ----------------------------------------------------------
+
+    @_db_errors
+    def claim(self, run_id: str, *, stale_after: float = STALE_AFTER_S) -> Lease:
+        """Take the right to drive ``run_id``; refuse if a live owner holds it.
+
+        The claim is one conditional UPDATE (compare-and-swap on the previous
+        lease token), so two claimants racing on one run can never both win.
+        """
+        run = self.get_run(run_id)
+        if run.lease_token is not None and owner_alive(run, stale_after):
+            raise RunBusy(f"run {run.id} is being driven by {holder(run)}")
+        token = uuid.uuid4().hex
+        now = clock.iso()
+        with self._write_tx():
+            query = Run.update(owner_host=HOSTNAME, owner_pid=os.getpid(), lease_token=token,
+                               heartbeat_at=now, updated_at=now, status="running", error=None)
+            query = query.where(Run.id == run.id)
+            query = query.where(Run.lease_token.is_null() if run.lease_token is None
+                                else Run.lease_token == run.lease_token)
+            won = query.execute() == 1
+        if not won:
+            current = self.get_run(run.id)
+            raise RunBusy(f"run {run.id} is being driven by {holder(current)}")
+        _ACTIVE_LEASES.add(token)
+        return Lease(self, run.id, token)
+
+    @_db_errors
+    def heartbeat(self, lease: Lease) -> bool:
+        """Refresh the lease; False when another process has taken it over."""
+        with self._write_tx():
+            return (Run.update(heartbeat_at=clock.iso())
+                    .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute()) == 1
+
+    @_db_errors
+    def release(self, lease: Lease) -> None:
+        """Give the run up (its status stays as the loop left it)."""
+        lease.stop_heartbeat()
+        _ACTIVE_LEASES.discard(lease.token)
+        with self._write_tx():
+            (Run.update(owner_host=None, owner_pid=None, lease_token=None, heartbeat_at=None,
+                        updated_at=clock.iso())
+             .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute())
+
+    # -- steps -----------------------------------------------------------
+
+    @_db_errors
+    def append_step(self, run_id: str, step: StepRecord, *, lease: Lease | None = None,
+                    final_status: str | None = None, final_text: str | None = None,
+                    final_error: str | None = None) -> None:
+        """Commit one model response and add its tokens to the run, in one transaction.
+
+        With ``final_status`` the run is finished in the same transaction, so an
+        end_turn step and the run's ``done`` can never disagree after a crash.
+        """
+        now = clock.iso()
+        with self._write_tx():
+            Step.insert(run=run_id, n=step.n, stop_reason=step.stop_reason, assistant=dumps(step.assistant),
+                        tool_results=None, input_tokens=step.input_tokens, output_tokens=step.output_tokens,
+                        cache_creation_input_tokens=step.cache_creation_input_tokens,
+                        cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
+                        duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
+                        compacted_est_tokens=step.compacted_est_tokens, created_at=now).execute()
+            values: dict[str, Any] = dict(
+                input_tokens=Run.input_tokens + step.input_tokens,
+                output_tokens=Run.output_tokens + step.output_tokens,
+                cache_creation_tokens=Run.cache_creation_tokens + step.cache_creation_input_tokens,
+                cache_read_tokens=Run.cache_read_tokens + step.cache_read_input_tokens,
+                step_count=Run.step_count + 1,
+            )
+            if lease is not None:
+                values["heartbeat_at"] = now
+            if final_status is not None:
+                values.update(status=final_status, final_text=final_text, error=final_error)
+            self._set_run(run_id, lease, **values)
+
+    @_db_errors
+    def set_tool_results(self, run_id: str, n: int, results: list[dict], *, lease: Lease | None = None) -> None:
+        now = clock.iso()
+        with self._write_tx():
+            updated = (Step.update(tool_results=dumps(results), tools_done_at=now)
+                       .where(Step.run == run_id, Step.n == n, Step.tool_results.is_null()).execute())
+            if updated != 1:
+                raise StoreError(f"run {run_id} step {n}: tool results already recorded")
+            self._set_run(run_id, lease)
+
+    @_db_errors
+    def steps(self, run_id: str) -> list[Step]:
+        return list(Step.select().where(Step.run == run_id).order_by(Step.n))
+
+    @_db_errors
+    def step_count(self, run_id: str) -> int:
+        return Step.select().where(Step.run == run_id).count()
+
+    def rebuild_messages(self, run_id: str, steps: list[Step] | None = None) -> list[dict]:
+        """The messages list the next API call receives, rebuilt from the rows.
+
+        A trailing step whose tools have not run yet is left out (the loop runs
+        them first): no tool_use is ever emitted without its results.
+        """
+        run = self.get_run(run_id)
+        steps = self.steps(run.id) if steps is None else steps
+        messages: list[dict] = [{"role": "user", "content": run.user_msg}]
+        for i, step in enumerate(steps):
+            assistant = step_blocks(step, "assistant")
+            results = step_blocks(step, "tool_results")
+            needs_results = any(b.get("type") == "tool_use" for b in assistant)
+            if needs_results and results is None:
+                if i == len(steps) - 1:
+                    break
+                raise StoreError(f"run {run.id} step {step.n}: tool_use without stored results")
+            messages.append({"role": "assistant", "content": assistant})
+            if results is not None:
+                messages.append({"role": "user", "content": results})
+        return messages
+
+    # -- tasks -----------------------------------------------------------
+
+    @_db_errors
+    def create_task(self, *, idempotency_key: str, title: str, due: str | None = None,
+                    notes: str | None = None, run_id: str | None = None) -> tuple[Task, bool]:
+        """Create a task once per key. Returns ``(task, created)``; a repeat returns the existing task."""
+        existing = Task.get_or_none(Task.idempotency_key == idempotency_key)
+        if existing is not None:
+            return existing, False
+        try:
+            with self._write_tx():
+                task = Task.create(idempotency_key=idempotency_key, title=title, due=due, notes=notes,
+                                   run=run_id, created_at=clock.iso())
+            return task, True
+        except peewee.IntegrityError:
+            # Another process created it between our read and our insert.
+            return Task.get(Task.idempotency_key == idempotency_key), False
+
+    @_db_errors
+    def list_tasks(self, *, include_done: bool = False, run_id: str | None = None) -> list[Task]:
+        query = Task.select()
+        if not include_done:
+            query = query.where(Task.done == False)  # noqa: E712 (peewee expression)
+        if run_id is not None:
+            query = query.where(Task.run == run_id)
+        return list(query.order_by(Task.id))
+
+
+def dumps(blocks: Any) -> str:
+    """The one JSON encoding used for stored blocks (compact, key order kept, UTF-8)."""
+    return json.dumps(blocks, ensure_ascii=False, separators=(",", ":"))
+
+
+def step_blocks(step: Step, column: str) -> list[dict] | None:
+    raw = getattr(step, column)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"run {step.run_id} step {step.n}: stored {column} JSON is malformed ({exc})") from exc
+    if not isinstance(value, list):
+        raise StoreError(f"run {step.run_id} step {step.n}: stored {column} is not a list of blocks")
+    return value
+
+
+# -- opening -------------------------------------------------------------
+
+_PRAGMAS = {
+    "journal_mode": "wal",
+    "foreign_keys": 1,
+    "synchronous": "full",  # a paid step must survive power loss
+    "busy_timeout": 10_000,
+}
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the database file owner-only before SQLite touches it.
+
+    SQLite gives the -wal and -shm files the permissions of the main file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+
+
+def open_store(target: str | os.PathLike | None = None, *, create: bool = True) -> Store:
+    """Open (and create or migrate) the database at ``target``.
+
+    ``create=False`` refuses a missing file instead of making an empty one.
+    """
+    path = Path(target).expanduser() if target is not None else default_db_path()
+    label = str(path)
+    if path.is_dir():
+        raise StoreError(f"{label}: is a directory, not a database file")
+    if not path.exists():
+        if not create:
+            raise StoreError(f"{label}: no such database file")
+        try:
+            _create_private_file(path)
+        except OSError as exc:
+            raise StoreError(f"{label}: cannot create database ({exc.strerror})") from exc
+    db = SqliteDatabase(str(path), pragmas=_PRAGMAS, timeout=10, check_same_thread=False)
+    store = Store(db, label)
+    try:
+        _migrate(store)
+    except StoreError:
+        store.close()
+        raise
+    except (peewee.PeeweeException, sqlite3.Error) as exc:
+        store.close()
+        raise StoreError(f"{label}: {_describe(exc)}") from exc
+    return store
+
+
+def _migrate(store: Store) -> None:
+    db = store.db
+    version = db.execute_sql("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{store.label}: written by a newer Dayflow (schema {version}); "
+                         f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
+    if version == SCHEMA_VERSION:
+        return
+    with store._write_tx():
+        version = db.execute_sql("PRAGMA user_version").fetchone()[0]  # re-read under the lock
+        if version == 0:
+            existing = set(db.get_tables())
+            if existing - {"runs", "steps", "tasks"}:
+                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it")
+            db.create_tables(MODELS)
+            now = clock.iso()
+            for key, title, due_days, notes in SEED_TASKS:
+                due = (clock.today() + timedelta(days=due_days)).isoformat() if due_days is not None else None
+                Task.insert(idempotency_key=key, title=title, due=due, notes=notes or None,
+                            created_at=now).on_conflict_ignore().execute()
+            version = 1
+        # Future migrations go here: ``if version == 1: ...; version = 2``.
+        db.execute_sql(f"PRAGMA user_version = {int(version)}")

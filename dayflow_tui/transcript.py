@@ -1,0 +1,152 @@
+"""A run's transcript as plain data: what the CLI's ``show`` and the dashboard render.
+
+Pairs every tool call with its result and summarises each result (ok or
+error code, item count) without interpreting any of the content.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .store import step_blocks
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    input: object
+    result: str | None = None  # the tool_result content as sent (JSON text for our tools)
+    is_error: bool = False
+    error_code: str | None = None
+    item_count: int | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.result is None:
+            return "pending"
+        if self.is_error:
+            return f"error {self.error_code or ''}".strip()
+        return "ok"
+
+    def pretty_input(self) -> str:
+        return json.dumps(self.input, indent=2, ensure_ascii=False)
+
+    def compact_input(self) -> str:
+        return json.dumps(self.input, ensure_ascii=False)
+
+    def pretty_result(self) -> str:
+        if self.result is None:
+            return ""
+        try:
+            return json.dumps(json.loads(self.result), indent=2, ensure_ascii=False)
+        except ValueError:
+            return self.result
+
+
+@dataclass
+class StepView:
+    n: int
+    stop_reason: str | None
+    texts: list[str]
+    calls: list[ToolCall]
+    other_blocks: list[dict]  # thinking, server tools...: shown by type only
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cum_input: int
+    cum_output: int
+    created_at: str
+    seconds_since_previous: float | None
+    duration_ms: int | None
+    request_est_tokens: int | None
+    compacted_est_tokens: int | None
+    raw_assistant: str
+    raw_tool_results: str | None
+    problem: str | None = None  # a stored row that could not be read
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        return None
+
+
+def _summarise(call: ToolCall) -> None:
+    try:
+        payload = json.loads(call.result) if call.result is not None else None
+    except ValueError:
+        return
+    if not isinstance(payload, dict):
+        return
+    error = payload.get("error")
+    if isinstance(error, dict):
+        call.error_code = str(error.get("code") or "error")
+    elif call.is_error:
+        call.error_code = "error"
+    count = payload.get("count")
+    if isinstance(count, int) and not isinstance(count, bool):
+        call.item_count = count
+    elif isinstance(payload.get("task"), dict):
+        call.item_count = 1
+
+
+def _result_text(block: dict) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def build_steps(steps: list) -> list[StepView]:
+    """Turn ``steps`` rows into views, pairing tool calls with their results by id."""
+    views: list[StepView] = []
+    cum_in = cum_out = 0
+    previous: datetime | None = None
+    for step in steps:
+        cum_in += step.input_tokens
+        cum_out += step.output_tokens
+        created = _parse_time(step.created_at)
+        gap = (created - previous).total_seconds() if created and previous else None
+        previous = created or previous
+        view = StepView(n=step.n, stop_reason=step.stop_reason, texts=[], calls=[], other_blocks=[],
+                        input_tokens=step.input_tokens, output_tokens=step.output_tokens,
+                        cache_read_tokens=step.cache_read_input_tokens,
+                        cache_write_tokens=step.cache_creation_input_tokens, cum_input=cum_in,
+                        cum_output=cum_out, created_at=step.created_at, seconds_since_previous=gap,
+                        duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
+                        compacted_est_tokens=step.compacted_est_tokens, raw_assistant=step.assistant,
+                        raw_tool_results=step.tool_results)
+        try:
+            assistant = step_blocks(step, "assistant") or []
+            results = step_blocks(step, "tool_results") or []
+        except Exception as exc:  # a malformed row is shown as such, never fatal to the viewer
+            view.problem = str(exc)
+            views.append(view)
+            continue
+        by_id = {}
+        for block in assistant:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                view.texts.append(str(block.get("text", "")))
+            elif kind == "tool_use":
+                call = ToolCall(id=str(block.get("id")), name=str(block.get("name")), input=block.get("input"))
+                view.calls.append(call)
+                by_id[call.id] = call
+            else:
+                view.other_blocks.append(block)
+        for block in results:
+            call = by_id.get(str(block.get("tool_use_id"))) if isinstance(block, dict) else None
+            if call is None:
+                continue
+            call.result = _result_text(block)
+            call.is_error = bool(block.get("is_error"))
+            _summarise(call)
+        views.append(view)
+    return views
