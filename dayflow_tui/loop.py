@@ -70,6 +70,36 @@ class RunResult:
 OnStep = Callable[[StepEvent], None]
 
 
+@dataclass
+class RequestPreview:
+    """The messages the next call sends, with their estimated size before and after compaction."""
+
+    messages: list[dict]
+    est_before: int
+    est_after: int
+
+    @property
+    def compacted(self) -> bool:
+        return self.est_after != self.est_before
+
+
+def prepare_messages(history: list[dict], compact_at: int | None) -> RequestPreview:
+    """What goes over the wire for ``history``: the full history, or a compacted view of it.
+
+    The database always keeps every step in full; compaction (when
+    ``compact_at`` is set) only shapes the request.
+    """
+    before = estimate_tokens(history)
+    # Compaction plugs in here (issue: compaction); until then the request is the history.
+    return RequestPreview(history, before, before)
+
+
+def next_request_preview(store: Store, run_id: str) -> RequestPreview:
+    """Exactly the message list the run's next call would send (for the dashboard)."""
+    run = store.get_run(run_id)
+    return prepare_messages(store.rebuild_messages(run.id), run.compact_at)
+
+
 def default_model() -> str:
     """``DAYFLOW_MODEL``, else the offline model when no API key is set."""
     chosen = os.environ.get("DAYFLOW_MODEL")
@@ -199,7 +229,8 @@ class _Driver:
             if run.budget_tokens is not None and spent_in + spent_out >= run.budget_tokens:
                 return self._stop("budget", f"token budget reached: {spent_in + spent_out:,} of "
                                   f"{run.budget_tokens:,} spent", n - 1, spent_in, spent_out, replayed)
-            request = build_request(run.model, messages)
+            prepared = prepare_messages(messages, run.compact_at)
+            request = build_request(run.model, prepared.messages)
             if self.client is None:
                 self.client = make_client(run.model)
             started = time.monotonic()
@@ -215,7 +246,8 @@ class _Driver:
                               output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                               cache_read_input_tokens=cache_read, model=getattr(response, "model", run.model),
                               duration_ms=int((time.monotonic() - started) * 1000),
-                              request_est_tokens=estimate_tokens(messages))
+                              request_est_tokens=prepared.est_before,
+                              compacted_est_tokens=prepared.est_after if prepared.compacted else None)
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
             final = self._final_state(step)
             if final is not None:
