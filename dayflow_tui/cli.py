@@ -32,12 +32,19 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line, like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
 
-    driving = argparse.ArgumentParser(add_help=False)
+    driving = _Parser(add_help=False)
     driving.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
     driving.add_argument("--budget", type=_positive_int, metavar="TOKENS",
                          help="stop when the whole run has spent this many tokens (in + out)")
@@ -47,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     driving.add_argument("--crash-after", type=_positive_int, metavar="N",
                          help="test hook: exit right after committing step N")
 
-    parser = argparse.ArgumentParser(prog="dayflow", description="Durable daily-brief agent runs.")
+    parser = _Parser(prog="dayflow", description="Durable daily-brief agent runs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     brief = sub.add_parser("brief", parents=[common, driving], help="start a new run and print the brief")
