@@ -299,7 +299,10 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
               should_stop: Callable[[], bool] | None = None) -> RunResult:
     """Start a new run and drive it to its end."""
-    run, lease = store.create_claimed_run(user_msg, model=model or default_model(), budget_tokens=budget_tokens,
+    model = model or default_model()
+    if client is None:
+        client = make_client(model)  # fail on a missing key before a run is recorded
+    run, lease = store.create_claimed_run(user_msg, model=model, budget_tokens=budget_tokens,
                                           max_steps=max_steps, compact_at=compact_at, run_id=run_id)
     if on_start is not None:
         on_start(run.id)

@@ -254,8 +254,10 @@ class Store:
 
     @_db_errors
     def latest_unfinished(self) -> Run | None:
-        return (Run.select().where(Run.status.in_(RESUMABLE))
-                .order_by(Run.created_at.desc(), Run.id.desc()).first())
+        """The newest run that can be resumed now (not finished, not held by a live process)."""
+        candidates = (Run.select().where(Run.status.in_(RESUMABLE))
+                      .order_by(Run.created_at.desc(), Run.id.desc()).limit(100))
+        return next((run for run in candidates if not owner_alive(run)), None)
 
     @_db_errors
     def list_runs(self, *, limit: int = 50, before: tuple[str, str] | None = None,

@@ -160,3 +160,16 @@ def test_create_task_is_idempotent_across_processes(db_path):
         assert sum(out[i][1] for out in outputs) == 1, f"key-{i} reported created more than once"
     store = open_store(db_path)
     assert len([t for t in store.list_tasks() if t.idempotency_key.startswith("key-")]) == 40
+
+
+def test_latest_unfinished_skips_runs_driven_by_a_live_process(store):
+    import os
+
+    from dayflow_tui.store import HOSTNAME
+
+    Run.create(id="older0000000", user_msg="t", status="failed", model="offline",
+               created_at="2026-12-01T00:00:00.000Z", updated_at="2026-12-01T00:00:00.000Z")
+    Run.create(id="newer0000000", user_msg="t", status="running", model="offline", owner_host=HOSTNAME,
+               owner_pid=os.getppid(), lease_token="y" * 32, created_at="2026-12-02T00:00:00.000Z",
+               updated_at="2026-12-02T00:00:00.000Z")
+    assert store.latest_unfinished().id == "older0000000"
