@@ -39,6 +39,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _compact_threshold(text: str) -> int:
+    """A token count, or ``off`` (0): the value of ``--compact-at``."""
+    if text.strip().lower() == "off":
+        return 0
+    return _positive_int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
@@ -48,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     driving.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
     driving.add_argument("--budget", type=_positive_int, metavar="TOKENS",
                          help="stop when the whole run has spent this many tokens (in + out)")
+    driving.add_argument("--compact-at", type=_compact_threshold, metavar="TOKENS",
+                         help="compact the request when its estimate passes TOKENS, or 'off' "
+                         "(default: $DAYFLOW_COMPACT_AT, else off; resume: the run's own)")
     driving.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop after N model calls")
     driving.add_argument("--delay", type=_seconds, metavar="SECONDS",
                          help="slow the offline model down by this much per call (to watch a run)")
@@ -102,7 +112,7 @@ def _print_step(event) -> None:
 def _driving_options(args: argparse.Namespace) -> dict:
     if args.delay is not None:
         os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
-    return dict(budget_tokens=args.budget, crash_after_step=args.crash_after,
+    return dict(budget_tokens=args.budget, compact_at=args.compact_at, crash_after_step=args.crash_after,
                 on_step=_print_step if args.verbose else None)
 
 

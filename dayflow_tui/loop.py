@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import clock
+from .compaction import compact
 from .errors import DayflowError, ModelCallFailed, RunBusy
 from .store import Lease, Store, StepRecord, step_blocks
 from .tokens import estimate_tokens
@@ -90,14 +91,34 @@ def prepare_messages(history: list[dict], compact_at: int | None) -> RequestPrev
     ``compact_at`` is set) only shapes the request.
     """
     before = estimate_tokens(history)
-    # Compaction plugs in here (issue: compaction); until then the request is the history.
-    return RequestPreview(history, before, before)
+    if not compact_at:
+        return RequestPreview(history, before, before)
+    messages = compact(history, threshold_tokens=compact_at)
+    return RequestPreview(messages, before, before if messages is history else estimate_tokens(messages))
 
 
 def next_request_preview(store: Store, run_id: str) -> RequestPreview:
     """Exactly the message list the run's next call would send (for the dashboard)."""
     run = store.get_run(run_id)
     return prepare_messages(store.rebuild_messages(run.id), run.compact_at)
+
+
+def default_compact_at() -> int | None:
+    """``DAYFLOW_COMPACT_AT`` (estimated tokens; unset, ``0`` or ``off`` for none).
+
+    The compaction threshold of runs started without one, so every front end
+    (CLI, dashboard) starts runs the same way.
+    """
+    raw = os.environ.get("DAYFLOW_COMPACT_AT", "").strip()
+    if not raw or raw.lower() == "off":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DayflowError(f"DAYFLOW_COMPACT_AT must be a number of tokens or 'off', got {raw!r}") from None
+    if value < 0:
+        raise DayflowError(f"DAYFLOW_COMPACT_AT must not be negative, got {value}")
+    return value or None
 
 
 def default_model() -> str:
@@ -298,12 +319,18 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
               compact_at: int | None = None, run_id: str | None = None, on_step: OnStep | None = None,
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
               should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Start a new run and drive it to its end."""
+    """Start a new run and drive it to its end.
+
+    ``compact_at`` (estimated tokens of the message list) turns compaction on;
+    ``None`` takes ``DAYFLOW_COMPACT_AT``, ``0`` means off.
+    """
+    if compact_at is None:
+        compact_at = default_compact_at()
     model = model or default_model()
     if client is None:
         client = make_client(model)  # fail on a missing key before a run is recorded
     run, lease = store.create_claimed_run(user_msg, model=model, budget_tokens=budget_tokens,
-                                          max_steps=max_steps, compact_at=compact_at, run_id=run_id)
+                                          max_steps=max_steps, compact_at=compact_at or None, run_id=run_id)
     if on_start is not None:
         on_start(run.id)
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
@@ -311,17 +338,21 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
 
 
 def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int | None = None,
-           max_steps: int | None = None, on_step: OnStep | None = None,
+           max_steps: int | None = None, compact_at: int | None = None, on_step: OnStep | None = None,
            on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
            should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing."""
+    """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing.
+
+    ``budget_tokens``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own when given.
+    """
     run = store.get_run(run_id)
     if run.status == "done":
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
     lease = store.claim(run.id)
-    if budget_tokens is not None or max_steps is not None:
-        store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, lease=lease)
+    if budget_tokens is not None or max_steps is not None or compact_at is not None:
+        store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                            lease=lease)
     if on_start is not None:
         on_start(run.id)
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,

@@ -299,12 +299,15 @@ class Store:
 
     @_db_errors
     def update_limits(self, run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,
-                      lease: Lease | None = None) -> None:
+                      compact_at: int | None = None, lease: Lease | None = None) -> None:
+        """Replace the limits given; ``None`` leaves one as it is, ``compact_at=0`` turns compaction off."""
         values: dict[str, Any] = {}
         if budget_tokens is not None:
             values["budget_tokens"] = budget_tokens
         if max_steps is not None:
             values["max_steps"] = max_steps
+        if compact_at is not None:
+            values["compact_at"] = compact_at or None
         with self._write_tx():
             self._set_run(run_id, lease, **values)
 

@@ -21,6 +21,7 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.delenv("DAYFLOW_MODEL", raising=False)
     monkeypatch.delenv("DAYFLOW_CALL_LOG", raising=False)
+    monkeypatch.delenv("DAYFLOW_COMPACT_AT", raising=False)
     monkeypatch.setenv("DAYFLOW_OFFLINE_DELAY", "0")
     monkeypatch.setenv("DAYFLOW_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
