@@ -97,7 +97,8 @@ def pairs_of(messages: list[dict]) -> list[list[dict]]:
         elif role == "user" and pairs and len(pairs[-1]) == 1:
             pairs[-1].append(message)
         else:
-            raise ValueError(f"message {index}: expected an assistant turn after a user turn, got {role!r}")
+            previous = messages[index - 1].get("role")
+            raise ValueError(f"message {index}: a {role!r} turn cannot follow a {previous!r} turn here")
     return pairs
 
 

@@ -5,7 +5,7 @@ grows. Each step here calls ``read_inbox`` (about 2 KB of payload) and
 ``create_task`` with a new key; every 7th step sends an invalid due date
 (an ``invalid_input`` error) and every 11th calls a tool that does not exist
 (``unknown_tool``). The last step writes a brief that lists every task key
-and error code it can still find in the request it was sent, so a brief
+(tried or created) and error code it can still find in the request it was sent, so a brief
 written from a compacted request shows whether the decisions survived.
 
 Answers depend only on the request (the step number is read from the ids of
