@@ -10,8 +10,9 @@ written after a resume proves the stored history round-tripped:
 Responses are real ``anthropic.types.Message`` objects with usage estimated
 from the request size, including the cache reads a real prompt cache gives.
 ``DAYFLOW_OFFLINE_DELAY`` (seconds) slows each call so a run can be watched.
-``DAYFLOW_CALL_LOG`` (a file) gets one line per call, for tests that count
-calls across processes.
+``DAYFLOW_CALL_LOG`` (a file) gets one line per call, ``<pid> <messages>
+<unix time>``, for tests that count calls across processes and for the
+benchmark that times a process's start to its first call.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class _Messages:
         log = os.environ.get("DAYFLOW_CALL_LOG")
         if log:
             with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"{os.getpid()} {len(messages)}\n")
+                fh.write(f"{os.getpid()} {len(messages)} {time.time():.6f}\n")
         if self._client.delay:
             time.sleep(self._client.delay)
         content, stop_reason = _respond(messages)

@@ -1,0 +1,119 @@
+"""3. Resume: process start to first API call, and ``rebuild_messages`` against the raw floor.
+
+- ``dayflow resume`` on an interrupted run of 10, 1,000 and 10,000 agent-like
+  steps, against ``dayflow brief`` (a fresh run) on the same machine, in
+  alternation. The clock starts just before the process is spawned and stops
+  at the offline model's call, stamped in ``DAYFLOW_CALL_LOG``. Every trial
+  gets a fresh copy of its database, so each resume does the same work.
+- ``rebuild_messages`` for a 1,000-step run, in process, against plain
+  sqlite3 + ``json.loads`` of the same rows building the same list.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from bench.common import BIN, Row, build_run, interleaved, median, ms, quiet_env, workdir
+
+RESUME_LENGTHS = (10, 1_000, 10_000)
+
+
+def _first_call_seconds(argv: list[str], log: Path) -> float:
+    """Seconds from spawning ``argv`` to its first model call (the call log's timestamp)."""
+    started = time.time()
+    done = subprocess.run(argv, env=quiet_env(DAYFLOW_CALL_LOG=str(log)), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.decode()[-400:]}")
+    lines = log.read_text().splitlines()
+    if not lines:
+        raise RuntimeError(f"{' '.join(argv[1:])} made no model call")
+    return float(lines[0].split()[2]) - started
+
+
+def build_fixtures(tmp: Path) -> dict:
+    """Pristine databases: an empty one for fresh starts and one per resume length."""
+    from dayflow_tui.store import open_store
+
+    fixtures = {}
+    empty = tmp / "fresh.db"
+    open_store(empty).close()
+    fixtures["fresh"] = (empty, None)
+    for n in RESUME_LENGTHS:
+        path = tmp / f"resume-{n}.db"
+        store = open_store(path)
+        fixtures[n] = (path, build_run(store, n))
+        store.close()
+    return fixtures
+
+
+def time_to_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
+    dayflow = str(BIN / "dayflow")
+    timings: dict = {key: [] for key in fixtures}
+    for r in range(rounds):
+        for key, (pristine, run_id) in fixtures.items():
+            trial = tmp / f"trial-{key}.db"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{trial}{suffix}").unlink(missing_ok=True)
+            shutil.copyfile(pristine, trial)
+            log = tmp / f"calls-{key}-{r}.log"
+            argv = ([dayflow, "brief", "--db", str(trial)] if run_id is None
+                    else [dayflow, "resume", run_id, "--db", str(trial)])
+            timings[key].append(_first_call_seconds(argv, log))
+    return timings
+
+
+class RawRebuild:
+    """The same messages list from plain sqlite3 and json.loads: the floor for ``rebuild_messages``."""
+
+    def __init__(self, path: Path):
+        self.conn = sqlite3.connect(str(path))
+
+    def __call__(self, run_id: str) -> list[dict]:
+        (user_msg,) = self.conn.execute("SELECT user_msg FROM runs WHERE id = ?", (run_id,)).fetchone()
+        messages: list[dict] = [{"role": "user", "content": user_msg}]
+        for assistant, results in self.conn.execute(
+                "SELECT assistant, tool_results FROM steps WHERE run_id = ? ORDER BY n", (run_id,)):
+            messages.append({"role": "assistant", "content": json.loads(assistant)})
+            if results is not None:
+                messages.append({"role": "user", "content": json.loads(results)})
+        return messages
+
+
+def rebuild(fixtures: dict, rounds: int) -> tuple[list[float], list[float]]:
+    from dayflow_tui.store import open_store
+
+    path, run_id = fixtures[1_000]
+    store = open_store(path)
+    raw = RawRebuild(path)
+    if store.rebuild_messages(run_id) != raw(run_id):
+        raise RuntimeError("rebuild_messages and the raw rebuild disagree")
+    ours_t, raw_t = interleaved(lambda: store.rebuild_messages(run_id), lambda: raw(run_id),
+                                rounds=rounds, warmup=2)
+    raw.conn.close()
+    store.close()
+    return ours_t, raw_t
+
+
+def run(quick: bool = False) -> list[Row]:
+    with workdir("resume") as tmp:
+        fixtures = build_fixtures(tmp)
+        first_call = time_to_first_call(fixtures, tmp, rounds=3 if quick else 7)
+        ours_t, raw_t = rebuild(fixtures, rounds=10 if quick else 40)
+    fresh = median(first_call["fresh"])
+    rows = []
+    for n in RESUME_LENGTHS:
+        took = median(first_call[n])
+        target = n == 1_000
+        rows.append(Row("3 resume", f"process start -> first API call, resume of {n:,} steps (median)",
+                        ms(took), f"fresh run {ms(fresh)}", took / fresh, "<= 1.5x" if target else "",
+                        took / fresh <= 1.5 if target else None, "`dayflow resume` vs `dayflow brief`"))
+    ratio = median(ours_t) / median(raw_t)
+    rows.append(Row("3 resume", "rebuild_messages, 1,000 steps (median)", ms(median(ours_t)),
+                    f"raw sqlite3 + json.loads {ms(median(raw_t))}", ratio, "<= 2x", ratio <= 2))
+    return rows

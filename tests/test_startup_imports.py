@@ -1,0 +1,49 @@
+"""Commands that call no model must not import ``anthropic`` (over a second to import here).
+
+Each case runs the real console script with ``PYTHONPROFILEIMPORTTIME`` and
+reads the modules it actually imported. ``dayflow brief`` is the control: it
+calls the (offline) model, so it must show ``anthropic`` in the same capture.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from dayflow_tui.loop import run_brief
+
+from .conftest import dayflow_cmd
+
+
+def imported_modules(argv: list[str]) -> set[str]:
+    env = {**os.environ, "DAYFLOW_OFFLINE_DELAY": "0", "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = set()
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            names.add(line.rsplit("|", 1)[1].strip())
+    assert "peewee" in names, "the import-time capture saw nothing"
+    return names
+
+
+@pytest.fixture
+def finished_run(store, counting_client) -> str:
+    result = run_brief(store, client=counting_client)
+    assert result.status == "done"
+    return result.run_id
+
+
+@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tasks",), ("show", "RUN")],
+                         ids=["runs", "runs-json", "tasks", "show"])
+def test_commands_that_call_no_model_do_not_import_anthropic(args, db_path, finished_run):
+    args = tuple(finished_run if a == "RUN" else a for a in args)
+    names = imported_modules(dayflow_cmd(*args, "--db", str(db_path)))
+    assert not {n for n in names if n == "anthropic" or n.startswith("anthropic.")}
+
+
+def test_control_brief_does_import_anthropic(db_path):
+    names = imported_modules(dayflow_cmd("brief", "--db", str(db_path)))
+    assert "anthropic" in names
