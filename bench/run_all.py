@@ -32,6 +32,7 @@ ITEMS = {
     "5": ("bench.bench_dashboard", "dashboard"),
     "6": ("bench.bench_memory", "memory"),
     "7": ("bench.bench_pg", "PostgreSQL"),
+    "8": ("bench.bench_compaction", "compaction"),
 }
 
 
