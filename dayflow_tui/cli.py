@@ -48,7 +48,8 @@ def _compact_threshold(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
-    common.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
+    common.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
+                        "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
 
     driving = _Parser(add_help=False)
@@ -71,6 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     brief.add_argument("--model", help="model name, or 'offline' (default: $DAYFLOW_MODEL, else offline "
                        "without ANTHROPIC_API_KEY)")
     brief.add_argument("--task", help="what to ask the agent (default: the daily brief)")
+    brief.add_argument("--queue", action="store_true",
+                       help="only add the run to the queue and print its id; a `dayflow worker` drives it")
+
+    worker = sub.add_parser("worker", parents=[common], help="drive queued and interrupted runs")
+    worker.add_argument("--once", action="store_true", help="take what is waiting now, then exit")
+    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N",
+                        help="drive up to N runs at a time (threads; default 1)")
+    worker.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="how often an idle worker looks for work (default 1)")
+    worker.add_argument("--stale-after", type=_seconds, default=None, metavar="SECONDS",
+                        help="take over a run from another host when its heartbeat is this old (default 60)")
+    worker.add_argument("--delay", type=_seconds, metavar="SECONDS",
+                        help="slow the offline model down by this much per call")
+    worker.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
 
     runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
@@ -126,9 +141,15 @@ def _finish(result) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    from .loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, run_brief
+    from .loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
 
     store = _open(args)
+    if args.queue:
+        run_id = queue_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model, budget_tokens=args.budget,
+                             max_steps=args.max_steps or DEFAULT_MAX_STEPS, compact_at=args.compact_at)
+        print(run_id)
+        print(f"[queued {run_id}] a `dayflow worker` on this database will drive it", file=sys.stderr)
+        return 0
     options = _driving_options(args)
     result = run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
                        max_steps=args.max_steps or DEFAULT_MAX_STEPS,
@@ -212,7 +233,54 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"brief": cmd_brief, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+def cmd_worker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .store import STALE_AFTER_S
+    from .worker import work
+
+    if args.delay is not None:
+        os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
+    store = _open(args)
+    stop = threading.Event()
+    # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    output = threading.Lock()  # lines from several threads must not interleave
+
+    def report(event) -> None:
+        if event.kind == "started":
+            return
+        run = f"run {event.run_id} " if event.run_id else ""
+        with output:
+            if event.kind == "finished":
+                result = event.result
+                print(f"{run}{result.status} · {result.steps} steps · {result.calls} call(s)", flush=True)
+            else:
+                print(f"dayflow worker: {run}{event.kind}: {one_line(event.message, 300)}", file=sys.stderr,
+                      flush=True)
+
+    def print_step(event) -> None:
+        with output:
+            print(f"[{event.run_id}] ", end="")
+            _print_step(event)
+
+    mode = "until nothing is waiting" if args.once else "until stopped (Ctrl-C)"
+    print(f"[worker pid {os.getpid()}] {args.concurrency} thread(s) on {store.label}, {mode}",
+          file=sys.stderr, flush=True)
+    try:
+        outcome = work(store, concurrency=args.concurrency, once=args.once, poll_every=args.poll or 1.0,
+                       stale_after=args.stale_after if args.stale_after is not None else STALE_AFTER_S,
+                       stop=stop, on_event=report, on_step=print_step if args.verbose else None)
+    except KeyboardInterrupt:
+        print("dayflow worker: stopped; its runs were released for any worker to continue", file=sys.stderr)
+        return 130
+    print(f"[worker pid {os.getpid()}] {len(outcome.finished)} run(s) driven, {len(outcome.failed)} failed",
+          file=sys.stderr)
+    return 2 if outcome.store_errors and args.once else 0
+
+
+COMMANDS = {"brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -337,19 +337,37 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
                          crash_after_step=crash_after_step, should_stop=should_stop)
 
 
+def queue_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None = None,
+                budget_tokens: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+                compact_at: int | None = None) -> str:
+    """Record a run for a worker to drive (``dayflow worker``); the same defaults as ``run_brief``.
+
+    No client is built here: the model's key is needed where the worker runs.
+    """
+    if compact_at is None:
+        compact_at = default_compact_at()
+    run = store.create_run(user_msg, model=model or default_model(), budget_tokens=budget_tokens,
+                           max_steps=max_steps, compact_at=compact_at or None, status="queued")
+    return run.id
+
+
 def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int | None = None,
            max_steps: int | None = None, compact_at: int | None = None, on_step: OnStep | None = None,
            on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
-           should_stop: Callable[[], bool] | None = None) -> RunResult:
+           should_stop: Callable[[], bool] | None = None, lease: Lease | None = None) -> RunResult:
     """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing.
 
     ``budget_tokens``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own when given.
+    ``lease``: the run is already claimed (a worker's ``store.claim_next``).
     """
     run = store.get_run(run_id)
     if run.status == "done":
+        if lease is not None:
+            store.release(lease)
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
-    lease = store.claim(run.id)
+    if lease is None:
+        lease = store.claim(run.id)
     if budget_tokens is not None or max_steps is not None or compact_at is not None:
         store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                             lease=lease)

@@ -1,4 +1,4 @@
-"""Peewee models: the three tables of a Dayflow database.
+"""Peewee models: the tables of a Dayflow database, one set for SQLite and PostgreSQL.
 
 The models are bound to ``database_proxy``; ``store.open_store`` initialises
 it. Timestamps are ISO-8601 UTC strings (``clock.iso``): they sort as text,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from peewee import (
     AutoField,
+    BigIntegerField,
     BooleanField,
     CharField,
     CompositeKey,
@@ -94,4 +95,30 @@ class Task(BaseModel):
         table_name = "tasks"
 
 
+class StoreMeta(BaseModel):
+    """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
+
+    key = CharField(primary_key=True, max_length=64)
+    value = IntegerField()
+
+    class Meta:
+        table_name = "dayflow_meta"
+
+
+class ChangeCounter(BaseModel):
+    """PostgreSQL only: every write transaction bumps one slot before it commits.
+
+    The sum of the slots is the dashboard's change marker (SQLite has
+    ``PRAGMA data_version``). Several slots, picked per thread, keep concurrent
+    writers from queueing on one row lock.
+    """
+
+    slot = IntegerField(primary_key=True)
+    n = BigIntegerField(default=0)
+
+    class Meta:
+        table_name = "dayflow_changes"
+
+
 MODELS = (Run, Step, Task)
+POSTGRES_MODELS = (StoreMeta, ChangeCounter)

@@ -7,9 +7,11 @@ with one readable line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -18,13 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import peewee
-from peewee import SqliteDatabase, fn
+from peewee import PostgresqlDatabase, SqliteDatabase, fn
 
 from . import clock
 from .errors import RunBusy, RunNotFound, StoreError
-from .models import MODELS, Run, Step, Task, database_proxy
+from .models import MODELS, POSTGRES_MODELS, ChangeCounter, Run, Step, StoreMeta, Task, database_proxy
 from .sample_data import SEED_TASKS
 
 SCHEMA_VERSION = 1
@@ -34,8 +37,18 @@ RESUMABLE = ("running", "failed", "budget", "queued")
 # On the owner's own host a dead pid is taken over at once.
 STALE_AFTER_S = 60.0
 HEARTBEAT_EVERY_S = 10.0
+# Rows of the PostgreSQL change counter (see models.ChangeCounter).
+CHANGE_SLOTS = 16
 
 HOSTNAME = socket.gethostname()
+
+try:  # the optional extra "postgres"; its errors are mapped like the SQLite driver's
+    import psycopg
+
+    _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error)
+except ImportError:  # pragma: no cover - depends on the install
+    psycopg = None
+    _DRIVER_ERRORS = (sqlite3.Error,)
 
 
 def default_db_path() -> Path:
@@ -54,7 +67,7 @@ def _db_errors(method: Callable) -> Callable:
     def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except (peewee.PeeweeException, sqlite3.Error) as exc:
+        except (peewee.PeeweeException, *_DRIVER_ERRORS) as exc:
             raise StoreError(f"{self.label}: {_describe(exc)}") from exc
 
     return wrapper
@@ -132,6 +145,17 @@ class Lease:
 _ACTIVE_LEASES: set[str] = set()
 
 
+def _new_token() -> str:
+    """A fresh lease token, registered as held *before* it is written.
+
+    Another thread of this process that reads the row between the commit and
+    the registration must see a live owner, not a finished one.
+    """
+    token = uuid.uuid4().hex
+    _ACTIVE_LEASES.add(token)
+    return token
+
+
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` is a live (non-zombie) process on this host."""
     try:
@@ -200,19 +224,32 @@ class Store:
         except Exception:
             pass
 
+    @property
+    def is_postgres(self) -> bool:
+        return isinstance(self.db, PostgresqlDatabase)
+
+    @contextlib.contextmanager
     def _write_tx(self):
-        # BEGIN IMMEDIATE takes the write lock up front, so two writers queue on
-        # the busy timeout instead of failing when a read upgrades to a write.
-        if isinstance(self.db, SqliteDatabase):
-            return self.db.atomic("IMMEDIATE")
-        return self.db.atomic()
+        if not self.is_postgres:
+            # BEGIN IMMEDIATE takes the write lock up front, so two writers queue on
+            # the busy timeout instead of failing when a read upgrades to a write.
+            with self.db.atomic("IMMEDIATE"):
+                yield
+            return
+        # PostgreSQL: READ COMMITTED (pinned at open); row locks order the writers.
+        # The change counter is bumped last, so its row lock is held only for the commit.
+        with self.db.atomic():
+            yield
+            slot = hash((os.getpid(), threading.get_ident())) % CHANGE_SLOTS
+            ChangeCounter.update(n=ChangeCounter.n + 1).where(ChangeCounter.slot == slot).execute()
 
     @_db_errors
     def change_marker(self) -> tuple:
         """Cheap value that changes whenever another connection commits."""
-        if isinstance(self.db, SqliteDatabase):
+        if not self.is_postgres:
             return (self.db.execute_sql("PRAGMA data_version").fetchone()[0],)
-        return tuple(Run.select(fn.MAX(Run.updated_at), fn.COUNT(Run.id)).tuples().get())
+        # A tiny table read; bumped inside every write transaction, so it moves exactly when one commits.
+        return (int(ChangeCounter.select(fn.SUM(ChangeCounter.n)).scalar() or 0),)
 
     # -- runs ------------------------------------------------------------
 
@@ -232,14 +269,17 @@ class Store:
                            max_steps: int = 12, compact_at: int | None = None,
                            run_id: str | None = None) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
-        token = uuid.uuid4().hex
+        token = _new_token()
         now = clock.iso()
-        with self._write_tx():
-            run = Run.create(id=run_id or uuid.uuid4().hex[:12], user_msg=user_msg, status="running",
-                             model=model, budget_tokens=budget_tokens, max_steps=max_steps,
-                             compact_at=compact_at, created_at=now, updated_at=now, owner_host=HOSTNAME,
-                             owner_pid=os.getpid(), lease_token=token, heartbeat_at=now)
-        _ACTIVE_LEASES.add(token)
+        try:
+            with self._write_tx():
+                run = Run.create(id=run_id or uuid.uuid4().hex[:12], user_msg=user_msg, status="running",
+                                 model=model, budget_tokens=budget_tokens, max_steps=max_steps,
+                                 compact_at=compact_at, created_at=now, updated_at=now, owner_host=HOSTNAME,
+                                 owner_pid=os.getpid(), lease_token=token, heartbeat_at=now)
+        except BaseException:
+            _ACTIVE_LEASES.discard(token)
+            raise
         return run, Lease(self, run.id, token)
 
     @_db_errors
@@ -317,26 +357,74 @@ class Store:
     def claim(self, run_id: str, *, stale_after: float = STALE_AFTER_S) -> Lease:
         """Take the right to drive ``run_id``; refuse if a live owner holds it.
 
-        The claim is one conditional UPDATE (compare-and-swap on the previous
-        lease token), so two claimants racing on one run can never both win.
+        The claim is one conditional UPDATE (compare-and-swap on the lease as
+        it was read), so two claimants racing on one run can never both win.
         """
         run = self.get_run(run_id)
         if run.lease_token is not None and owner_alive(run, stale_after):
             raise RunBusy(f"run {run.id} is being driven by {holder(run)}")
-        token = uuid.uuid4().hex
-        now = clock.iso()
+        token = _new_token()
         with self._write_tx():
-            query = Run.update(owner_host=HOSTNAME, owner_pid=os.getpid(), lease_token=token,
-                               heartbeat_at=now, updated_at=now, status="running", error=None)
-            query = query.where(Run.id == run.id)
-            query = query.where(Run.lease_token.is_null() if run.lease_token is None
-                                else Run.lease_token == run.lease_token)
-            won = query.execute() == 1
+            won = self._swap_lease(run, token)
         if not won:
+            _ACTIVE_LEASES.discard(token)
             current = self.get_run(run.id)
+            if current.status == "done":
+                raise RunBusy(f"run {run.id} was finished by another process meanwhile")
             raise RunBusy(f"run {run.id} is being driven by {holder(current)}")
-        _ACTIVE_LEASES.add(token)
         return Lease(self, run.id, token)
+
+    def _swap_lease(self, seen: Run, token: str) -> bool:
+        """Install ``token`` as the lease of ``seen`` if the lease is still exactly as it was read.
+
+        One UPDATE conditioned on the token and heartbeat read before: on
+        PostgreSQL (READ COMMITTED) a concurrent claimant blocks on the row
+        lock, then re-checks the condition against the committed row and
+        updates nothing; an owner that heartbeat since the read keeps its run.
+        """
+        now = clock.iso()
+        query = (Run.update(owner_host=HOSTNAME, owner_pid=os.getpid(), lease_token=token, heartbeat_at=now,
+                            updated_at=now, status="running", error=None)
+                 .where(Run.id == seen.id, Run.status != "done",
+                        Run.lease_token.is_null() if seen.lease_token is None
+                        else Run.lease_token == seen.lease_token,
+                        Run.heartbeat_at.is_null() if seen.heartbeat_at is None
+                        else Run.heartbeat_at == seen.heartbeat_at))
+        return query.execute() == 1
+
+    @_db_errors
+    def claim_next(self, *, stale_after: float = STALE_AFTER_S) -> Lease | None:
+        """Claim one run for a worker: an interrupted run (owner gone) first, else the oldest queued one.
+
+        None when there is nothing to take. ``failed`` and ``budget`` runs are
+        left alone: they wait for a person (``dayflow resume``). On PostgreSQL
+        the queued row is picked with ``FOR UPDATE SKIP LOCKED``, so workers
+        racing for the head of the queue each take a different run instead of
+        queueing behind one row; the lease itself is still the same
+        compare-and-swap as ``claim``.
+        """
+        token = _new_token()
+        cutoff = clock.iso(clock.now() - timedelta(seconds=stale_after))
+        with self._write_tx():
+            # Interrupted: "running" with no lease, a stale heartbeat, or an owner on this
+            # host (whose pid is checked here, since SQL cannot see processes).
+            orphans = (Run.select().where(Run.status == "running",
+                                          Run.lease_token.is_null() | Run.heartbeat_at.is_null()
+                                          | (Run.heartbeat_at < cutoff) | (Run.owner_host == HOSTNAME))
+                       .order_by(Run.created_at, Run.id))
+            for run in orphans:
+                if run.lease_token is not None and owner_alive(run, stale_after):
+                    continue
+                if self._swap_lease(run, token):
+                    return Lease(self, run.id, token)
+            queued = Run.select().where(Run.status == "queued").order_by(Run.created_at, Run.id).limit(1)
+            if self.is_postgres:
+                queued = queued.for_update(skip_locked=True)
+            for run in queued:
+                if self._swap_lease(run, token):
+                    return Lease(self, run.id, token)
+        _ACTIVE_LEASES.discard(token)
+        return None
 
     @_db_errors
     def heartbeat(self, lease: Lease) -> bool:
@@ -553,50 +641,148 @@ def _create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-def open_store(target: str | os.PathLike | None = None, *, create: bool = True) -> Store:
-    """Open (and create or migrate) the database at ``target``.
+def is_url(target: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` (a database URL), False for a file path."""
+    scheme, sep, _rest = os.fspath(target).partition("://")
+    return bool(sep) and scheme.replace("+", "").isalpha()
 
-    ``create=False`` refuses a missing file instead of making an empty one.
+
+def _resolve(target: str | os.PathLike | None) -> tuple[str, str]:
+    """``("sqlite", path)`` or ``("postgres", url)`` for a ``--db`` value (None: ``$DAYFLOW_DB`` or the default)."""
+    if target is None:
+        target = os.environ.get("DAYFLOW_DB") or default_db_path()
+    text = os.fspath(target)
+    if not is_url(text):
+        return "sqlite", text
+    scheme, _sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    if scheme in ("postgresql", "postgres"):
+        return "postgres", "postgresql://" + rest
+    if scheme == "sqlite":
+        # As in Peewee and SQLAlchemy: sqlite:///relative.db, sqlite:////absolute/path.db
+        path = rest[1:] if rest.startswith("/") else rest
+        path = path.split("?", 1)[0]
+        if not path:
+            raise StoreError(f"{text}: no file name (write sqlite:///relative.db or sqlite:////abs/path.db)")
+        return "sqlite", path
+    raise StoreError(f"{safe_url(text)}: unsupported database URL scheme {scheme!r} "
+                     "(use a file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME)")
+
+
+def safe_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: fit for labels, errors and logs."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _at, hostport = netloc.rpartition("@")
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+        query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return url.split("://", 1)[0] + "://***"
+
+
+def _postgres_database(url: str, label: str) -> PostgresqlDatabase:
+    if psycopg is None:
+        raise StoreError(f"{label}: PostgreSQL needs the psycopg driver: pip install 'dayflow-tui[postgres]'")
+    given = {key for key, _value in parse_qsl(urlsplit(url).query)}
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = 10
+    if "application_name" not in given:
+        extra["application_name"] = "dayflow"
+    # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
+    # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
+    # READ COMMITTED, so that is pinned whatever the server's default.
+    return PostgresqlDatabase(url, prefer_psycopg3=True, isolation_level="READ COMMITTED", **extra)
+
+
+def open_store(target: str | os.PathLike | None = None, *, create: bool = True) -> Store:
+    """Open (and create or migrate) the database at ``target``: a file path, ``sqlite:///PATH`` or
+    ``postgresql://USER@HOST:PORT/DBNAME``. None means ``$DAYFLOW_DB``, else the default file.
+
+    ``create=False`` refuses a missing file (or a PostgreSQL database without
+    Dayflow's tables) instead of making an empty one.
     """
-    path = Path(target).expanduser() if target is not None else default_db_path()
-    label = str(path)
-    if path.is_dir():
-        raise StoreError(f"{label}: is a directory, not a database file")
-    if not path.exists():
-        if not create:
-            raise StoreError(f"{label}: no such database file")
-        try:
-            _create_private_file(path)
-        except OSError as exc:
-            raise StoreError(f"{label}: cannot create database ({exc.strerror})") from exc
-    db = SqliteDatabase(str(path), pragmas=_PRAGMAS, timeout=10, check_same_thread=False)
+    kind, where = _resolve(target)
+    if kind == "postgres":
+        label = safe_url(where)
+        db: peewee.Database = _postgres_database(where, label)
+    else:
+        path = Path(where).expanduser()
+        label = str(path)
+        if path.is_dir():
+            raise StoreError(f"{label}: is a directory, not a database file")
+        if not path.exists():
+            if not create:
+                raise StoreError(f"{label}: no such database file")
+            try:
+                _create_private_file(path)
+            except OSError as exc:
+                raise StoreError(f"{label}: cannot create database ({exc.strerror})") from exc
+        db = SqliteDatabase(str(path), pragmas=_PRAGMAS, timeout=10, check_same_thread=False)
     store = Store(db, label)
     try:
-        _migrate(store)
+        _migrate(store, create=create)
     except StoreError:
         store.close()
         raise
-    except (peewee.PeeweeException, sqlite3.Error) as exc:
+    except (peewee.PeeweeException, *_DRIVER_ERRORS) as exc:
         store.close()
         raise StoreError(f"{label}: {_describe(exc)}") from exc
     return store
 
 
-def _migrate(store: Store) -> None:
+DAYFLOW_TABLES = {m._meta.table_name for m in MODELS + POSTGRES_MODELS}
+# Keys tell apart the Dayflow schemas of one PostgreSQL database (one per search_path).
+_MIGRATION_LOCK_CLASS = 0x0DA7F10
+
+
+def _schema_version(store: Store) -> int:
+    if not store.is_postgres:
+        return store.db.execute_sql("PRAGMA user_version").fetchone()[0]
+    if StoreMeta._meta.table_name not in store.db.get_tables():
+        return 0
+    row = StoreMeta.get_or_none(StoreMeta.key == "schema_version")
+    return row.value if row is not None else 0
+
+
+def _set_schema_version(store: Store, version: int) -> None:
+    if not store.is_postgres:
+        store.db.execute_sql(f"PRAGMA user_version = {int(version)}")
+        return
+    (StoreMeta.insert(key="schema_version", value=version)
+     .on_conflict(conflict_target=[StoreMeta.key], update={StoreMeta.value: version}).execute())
+
+
+def _migrate(store: Store, *, create: bool = True) -> None:
     db = store.db
-    version = db.execute_sql("PRAGMA user_version").fetchone()[0]
+    version = _schema_version(store)
     if version > SCHEMA_VERSION:
         raise StoreError(f"{store.label}: written by a newer Dayflow (schema {version}); "
                          f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
     if version == SCHEMA_VERSION:
         return
+    if version == 0 and not create and store.is_postgres:
+        raise StoreError(f"{store.label}: no Dayflow tables in this database yet")
     with store._write_tx():
-        version = db.execute_sql("PRAGMA user_version").fetchone()[0]  # re-read under the lock
+        if store.is_postgres:
+            # DDL is transactional here; this lock makes two first opens take turns.
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
+                           (_MIGRATION_LOCK_CLASS,))
+        version = _schema_version(store)  # re-read under the lock
+        if version >= SCHEMA_VERSION:
+            return
         if version == 0:
             existing = set(db.get_tables())
-            if existing - {"runs", "steps", "tasks"}:
-                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it")
-            db.create_tables(MODELS)
+            if existing - DAYFLOW_TABLES:
+                hint = (" (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
+                        if store.is_postgres else "")
+                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it{hint}")
+            db.create_tables(MODELS + (POSTGRES_MODELS if store.is_postgres else ()))
+            if store.is_postgres:
+                ChangeCounter.insert_many([{"slot": k, "n": 0} for k in range(CHANGE_SLOTS)]).execute()
             now = clock.iso()
             for key, title, due_days, notes in SEED_TASKS:
                 due = (clock.today() + timedelta(days=due_days)).isoformat() if due_days is not None else None
@@ -604,4 +790,4 @@ def _migrate(store: Store) -> None:
                             created_at=now).on_conflict_ignore().execute()
             version = 1
         # Future migrations go here: ``if version == 1: ...; version = 2``.
-        db.execute_sql(f"PRAGMA user_version = {int(version)}")
+        _set_schema_version(store, version)

@@ -1,10 +1,19 @@
-"""Shared fixtures: every test gets its own database file and a quiet, offline environment."""
+"""Shared fixtures: every test gets its own database (a file, or a PostgreSQL schema) and a quiet,
+offline environment.
+
+The ``store`` fixture (and ``db_target``, the same database as a ``--db`` value) is parametrised by
+backend: every test using it runs on SQLite and, when ``DAYFLOW_TEST_PG_URL`` names a server, on
+PostgreSQL in a schema of its own that is dropped afterwards (tests run in any order, or in parallel).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -32,9 +41,58 @@ def db_path(tmp_path) -> Path:
     return tmp_path / "dayflow.db"
 
 
+PG_URL = os.environ.get("DAYFLOW_TEST_PG_URL")
+PG_SKIP_REASON = ("PostgreSQL backend not tested: DAYFLOW_TEST_PG_URL is not set "
+                  "(e.g. postgresql://postgres@127.0.0.1:5432/test; .ci/run sets it)")
+
+
+@contextlib.contextmanager
+def pg_schema():
+    """A fresh schema on the test server; yields a URL whose search_path points at it. Dropped after."""
+    if not PG_URL:
+        pytest.skip(PG_SKIP_REASON)
+    import psycopg
+
+    name = f"dayflow_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:  # the variable is set, so a missing server is a failure, not a skip
+        pytest.fail(f"DAYFLOW_TEST_PG_URL={PG_URL}: cannot connect ({str(exc).strip().splitlines()[0]})")
+    with admin:
+        admin.execute("SET lock_timeout = '20s'")  # a leaked transaction fails the drop instead of hanging
+        admin.execute(f'CREATE SCHEMA "{name}"')
+        try:
+            sep = "&" if "?" in PG_URL else "?"
+            yield f"{PG_URL}{sep}options={quote(f'-csearch_path={name}', safe='')}"
+        finally:
+            admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def store(db_path):
-    opened = open_store(db_path)
+def db_target(backend, db_path):
+    """An empty database as a ``--db`` value: ``db_path`` on SQLite, a URL on PostgreSQL."""
+    if backend == "sqlite":
+        yield str(db_path)
+        return
+    with pg_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url():
+    """PostgreSQL only: a URL to an empty schema of its own."""
+    with pg_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def store(db_target):
+    opened = open_store(db_target)
     yield opened
     opened.close()
 

@@ -1,0 +1,126 @@
+"""Workers: take runs nobody is driving from the store and drive them to their end.
+
+A worker claims one run at a time with ``store.claim_next`` (a queued run,
+or a ``running`` run whose owner is gone) and continues it with
+``loop.resume``, so committed steps cost nothing and tasks are not repeated.
+The lease makes it safe to start any number of workers, on any number of
+hosts, against one database: a run is driven by one process at a time.
+
+Concurrency is threads. A run spends nearly all its time waiting on the
+model API (the GIL is released), each Peewee thread has its own connection,
+and one process holds one model client configuration and one set of
+imports. To use more cores or hosts, start more worker processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import DayflowError, ModelCallFailed, RunBusy, StoreError
+from .loop import OnStep, RunResult, resume
+from .store import STALE_AFTER_S, Store
+
+
+@dataclass
+class WorkerEvent:
+    """What a worker thread did: ``kind`` is started, finished, lost, failed or error."""
+
+    kind: str
+    run_id: str | None
+    message: str
+    result: RunResult | None = None
+
+
+@dataclass
+class WorkReport:
+    finished: list[RunResult] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # run ids that ended with an error
+    store_errors: list[str] = field(default_factory=list)
+
+
+def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: float = 1.0,
+         stale_after: float = STALE_AFTER_S, stop: threading.Event | None = None,
+         on_event: Callable[[WorkerEvent], None] | None = None, on_step: OnStep | None = None,
+         client_factory: Callable[[], Any] | None = None) -> WorkReport:
+    """Drive runs with ``concurrency`` threads until ``stop`` is set.
+
+    ``once``: take what is waiting now and return when nothing is left,
+    instead of polling every ``poll_every`` seconds. Setting ``stop`` ends
+    each thread at its run's next step boundary; the run is released and
+    any worker can continue it.
+    """
+    stop = stop or threading.Event()
+    report = WorkReport()
+    lock = threading.Lock()
+
+    def emit(event: WorkerEvent) -> None:
+        with lock:
+            if event.kind == "finished" and event.result is not None:
+                report.finished.append(event.result)
+            elif event.kind == "failed" and event.run_id:
+                report.failed.append(event.run_id)
+            elif event.kind == "error":
+                report.store_errors.append(event.message)
+        if on_event is not None:
+            on_event(event)
+
+    def drive_one() -> bool:
+        """Claim and drive one run. False when there was nothing to take."""
+        lease = store.claim_next(stale_after=stale_after)
+        if lease is None:
+            return False
+        emit(WorkerEvent("started", lease.run_id, "claimed"))
+        client = client_factory() if client_factory is not None else None
+        try:
+            result = resume(lease.run_id, store=store, lease=lease, client=client, on_step=on_step,
+                            should_stop=stop.is_set)
+        except RunBusy as exc:
+            emit(WorkerEvent("lost", lease.run_id, str(exc)))
+        except ModelCallFailed as exc:
+            emit(WorkerEvent("failed", lease.run_id, str(exc)))
+        except StoreError:
+            raise
+        except DayflowError as exc:
+            emit(WorkerEvent("failed", lease.run_id, str(exc)))
+        except Exception as exc:  # one bad run must not take the worker down; its lease is released
+            emit(WorkerEvent("failed", lease.run_id, f"internal error: {type(exc).__name__}: {exc}"))
+        else:
+            emit(WorkerEvent("finished", lease.run_id, result.status, result))
+        return True
+
+    def thread_main() -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    took = drive_one()
+                except StoreError as exc:
+                    emit(WorkerEvent("error", None, str(exc)))
+                    # A dropped connection is not reused; the next claim opens a new one.
+                    store.close_thread_connection()
+                    if once:
+                        return
+                    stop.wait(poll_every)
+                    continue
+                if not took:
+                    if once:
+                        return
+                    stop.wait(poll_every)
+        finally:
+            store.close_thread_connection()
+
+    threads = [threading.Thread(target=thread_main, name=f"dayflow-worker-{i}", daemon=True)
+               for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        raise
+    return report
