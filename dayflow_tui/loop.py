@@ -381,7 +381,7 @@ def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> Ru
     lease.start_heartbeat()
     try:
         driver = _Driver(store, run_id, lease, **options)
-        steps = store.steps(run_id)
+        steps = store.replay_steps(run_id)
         spent_in = sum(s.input_tokens for s in steps)
         spent_out = sum(s.output_tokens for s in steps)
         if steps:
@@ -397,7 +397,7 @@ def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> Ru
                 # Crashed while tools ran: the paid response is stored, so run the
                 # tools (side effects are idempotent by key) and make no new call.
                 driver.run_pending_tools(last.n, assistant, (spent_in, spent_out))
-                steps = store.steps(run_id)
+                steps = store.replay_steps(run_id)
         messages = store.rebuild_messages(run_id, steps)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
                             replayed=len(steps))
