@@ -31,6 +31,10 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         console.print(Rule(Text(f"step {view.n} · stop={view.stop_reason} · {view.input_tokens} in / "
                                 f"{view.output_tokens} out · total {view.cum_input}/{view.cum_output}{gap}"),
                            align="left", style="dim"))
+        if view.compacted_est_tokens is not None:
+            # The history is stored in full; this step's call was sent a compacted view of it.
+            console.print(_safe(f"request compacted: ~{view.request_est_tokens:,} -> "
+                                f"~{view.compacted_est_tokens:,} estimated tokens", "dim"))
         if raw:
             console.print(_safe(view.raw_assistant))
             if view.raw_tool_results is not None:

@@ -389,6 +389,21 @@ def test_cli_run_with_compaction_crashed_and_resumed_makes_the_same_calls_as_one
     assert len(compacted_requests) >= 25 and all(problems(r["messages"]) == [] for r in straight.requests)
     assert _outcome(tmp_path / "crashed.db") == _outcome(tmp_path / "straight.db")
     assert done.stdout == second.stdout and "Errors met: invalid_input, unknown_tool" in done.stdout
+    show = subprocess.run(dayflow_cmd("show", _run_id(tmp_path / "crashed.db"), "--db", str(tmp_path / "crashed.db")),
+                          capture_output=True, text=True, env=_env(crashed), timeout=60, stdin=subprocess.DEVNULL)
+    assert show.returncode == 0, show.stderr
+    assert show.stdout.count("request compacted: ~") == sum(1 for c in _outcome(tmp_path / "crashed.db")[2] if c)
+    assert show.stdout.count("-> read_inbox") == 39  # every step shown in full
+
+
+def _run_id(db) -> str:
+    from dayflow_tui.store import open_store
+
+    opened = open_store(db, create=False)
+    try:
+        return opened.list_runs()[0].id
+    finally:
+        opened.close()
 
 
 def test_cli_run_killed_during_a_call_resumes_with_the_same_calls(tmp_path):
