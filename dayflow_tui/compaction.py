@@ -40,11 +40,14 @@ Shape of the result (all decisions below are tested in tests/test_compaction.py)
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from .tokens import estimate_tokens
 
-__all__ = ["SUMMARY_PREFIX", "compact", "estimate_tokens", "pairs_of", "summarise_step"]
+__all__ = ["SUMMARY_PREFIX", "SummarisedCall", "compact", "estimate_tokens", "pairs_of", "summarise_step",
+           "summarised_calls"]
 
 SUMMARY_PREFIX = "Earlier in this run (compacted):"
 SUMMARY_HEADER = (
@@ -68,7 +71,8 @@ def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int =
     """
     if keep_last < 0:
         raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
-    if not messages or estimate_tokens(messages) <= threshold_tokens:
+    size = estimate_tokens(messages) if messages else 0
+    if size <= threshold_tokens:
         return messages
     task, pairs = messages[0], pairs_of(messages)
     if len(pairs) <= keep_last:
@@ -77,10 +81,10 @@ def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int =
     kept = pairs[len(pairs) - keep_last:]
     summary = [{"type": "text", "text": SUMMARY_HEADER}]
     summary += [{"type": "text", "text": summarise_step(n, pair)} for n, pair in enumerate(old, start=1)]
-    summary[-1] = {**summary[-1], "cache_control": _CACHE_BREAKPOINT}
+    summary[-1] = {**summary[-1], "cache_control": dict(_CACHE_BREAKPOINT)}
     head = {**task, "content": _as_blocks(task["content"]) + summary}
     compacted = [head] + [message for pair in kept for message in pair]
-    if estimate_tokens(compacted) >= estimate_tokens(messages):
+    if estimate_tokens(compacted) >= size:
         return messages
     return compacted
 
@@ -186,3 +190,64 @@ def summarise_step(n: int, pair: list[dict]) -> str:
     if len(lines) == 1:
         lines.append("- (no text or tool calls)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SummarisedCall:
+    """One tool call as a compacted request still tells it (read back from the summary's text)."""
+
+    step: int
+    name: str
+    input: Any
+    outcome: str  # "ok, created task #4 key \"mail-1\"", "error invalid_input: ...", ...
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.startswith("ok")
+
+    @property
+    def created(self) -> bool:
+        return self.outcome.startswith("ok, created task #")
+
+    @property
+    def error_code(self) -> str | None:
+        found = _ERROR.match(self.outcome)
+        return found.group(1) if found else None
+
+
+_STEP = re.compile(r"^Step (\d+):")
+_ERROR = re.compile(r"^error (\S+?)(?::|$)")
+_CALLED = "- called "
+
+
+def summarised_calls(messages: list[dict]) -> list[SummarisedCall]:
+    """The calls a compacted request summarises, in order; empty when it is not compacted.
+
+    The reading side of ``summarise_step``: a model that only sees the
+    request (the offline model) uses it to know what was done before.
+    """
+    content = messages[0].get("content") if messages else None
+    if not isinstance(content, list):
+        return []
+    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    start = next((i for i, text in enumerate(texts) if text.startswith(SUMMARY_PREFIX)), None)
+    if start is None:
+        return []
+    calls = []
+    decoder = json.JSONDecoder()
+    for text in texts[start + 1:]:
+        step = _STEP.match(text)
+        if step is None:
+            continue
+        for line in text.splitlines()[1:]:
+            if not line.startswith(_CALLED):
+                continue
+            name, _, rest = line[len(_CALLED):].partition(" ")
+            try:
+                args, end = decoder.raw_decode(rest)
+            except ValueError:
+                continue
+            if rest[end:].startswith(" -> "):
+                calls.append(SummarisedCall(int(step.group(1)), name, args, rest[end + 4:]))
+    return calls
+

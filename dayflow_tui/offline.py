@@ -7,6 +7,10 @@ written after a resume proves the stored history round-tripped:
 - step 2 creates a task for every mail that asks for action (key ``mail-<id>``);
 - step 3 writes the brief from the tool results found in the history.
 
+Under compaction it also reads the summary (``compaction.summarised_calls``):
+tasks the summary says were created are not created again, and reads whose
+payloads were summarised away are made again before the brief is written.
+
 Responses are real ``anthropic.types.Message`` objects with usage estimated
 from the request size, including the cache reads a real prompt cache gives.
 ``DAYFLOW_OFFLINE_DELAY`` (seconds) slows each call so a run can be watched.
@@ -27,6 +31,7 @@ from typing import Any
 
 from anthropic.types import Message
 
+from .compaction import summarised_calls
 from .tokens import estimate_tokens
 
 OFFLINE_MODEL = "offline"
@@ -127,8 +132,24 @@ def _tool_use(step: int, index: int, name: str, args: dict) -> dict:
     return {"type": "tool_use", "id": f"toolu_off{step:02d}{index:02d}", "name": name, "input": args}
 
 
+def _earlier_results(messages: list[dict]) -> list[tuple[str, dict, dict]]:
+    """What a compacted request's summary still says: tasks created and errors met (payloads are gone)."""
+    found = []
+    for call in summarised_calls(messages):
+        args = call.input if isinstance(call.input, dict) else {}
+        if call.name == "create_task" and call.ok:
+            task = {"title": args.get("title", ""), "due": args.get("due"), "idempotency_key": args.get("idempotency_key")}
+            found.append((call.name, args, {"ok": True, "created": call.created, "task": task}))
+        elif not call.ok and call.error_code:
+            found.append((call.name, args, {"ok": False, "error": {"code": call.error_code}}))
+    return found
+
+
 def _respond(messages: list[dict]) -> tuple[list[dict], str]:
     step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+    # Under compaction the reads' payloads may be summarised away: they are read again (a brief needs
+    # them), but tasks the summary says were created are not created again.
+    earlier = _earlier_results(messages)
     results = _tool_results(messages)
     read = {name for name, _args, _payload in results}
     if not {"read_inbox", "read_calendar", "read_tasks"} <= read:
@@ -136,7 +157,7 @@ def _respond(messages: list[dict]) -> tuple[list[dict], str]:
                  ("read_calendar", {"range": "week"}), ("read_tasks", {"include_done": False})]
         return ([{"type": "text", "text": "Let me look at your inbox, calendar and tasks."}]
                 + [_tool_use(step, i, name, args) for i, (name, args) in enumerate(calls)], "tool_use")
-    if "create_task" not in read:
+    if "create_task" not in read and not any(name == "create_task" for name, _a, _p in earlier):
         mails = next((p.get("mails", []) for n, _a, p in results if n == "read_inbox"), [])
         asking = [m for m in mails if isinstance(m, dict) and asks_for_action(m)]
         if asking:
@@ -156,7 +177,7 @@ def _respond(messages: list[dict]) -> tuple[list[dict], str]:
             text = f"{len(asking)} mail(s) ask for something; creating follow-up tasks."
             return ([{"type": "text", "text": text}]
                     + [_tool_use(step, i, "create_task", a) for i, a in enumerate(calls)], "tool_use")
-    return [{"type": "text", "text": _brief(results)}], "end_turn"
+    return [{"type": "text", "text": _brief(earlier + results)}], "end_turn"
 
 
 def _brief(results: list[tuple[str, dict, dict]]) -> str:
@@ -183,7 +204,8 @@ def _brief(results: list[tuple[str, dict, dict]]) -> str:
     for task, was_created in created:
         due = f" (due {task['due']})" if task.get("due") else ""
         lines.append(f"- {'new' if was_created else 'existing'}: {task.get('title', '')}{due}")
-    for task in open_tasks:
+    listed = {task.get("idempotency_key") for task, _c in created}
+    for task in (t for t in open_tasks if t.get("idempotency_key") not in listed):  # a re-read list holds them
         due = f" (due {task['due']})" if task.get("due") else ""
         lines.append(f"- open: {task.get('title', '')}{due}")
     if not created and not open_tasks:

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from dayflow_tui.compaction import SUMMARY_PREFIX, compact, estimate_tokens, pairs_of
+from dayflow_tui.compaction import SUMMARY_PREFIX, compact, estimate_tokens, pairs_of, summarised_calls
 from dayflow_tui.errors import DayflowError
 from dayflow_tui.loop import build_request, next_request_preview, prepare_messages, resume, run_brief
-from dayflow_tui.store import dumps, step_blocks
+from dayflow_tui.offline import OfflineClient
+from dayflow_tui.store import dumps, open_store, step_blocks
 from dayflow_tui.tokens import estimate_tokens as tokens_estimate
 
 from . import long_run_model
@@ -143,6 +144,44 @@ def test_every_task_and_error_from_old_exchanges_is_in_the_summary_of_a_40_step_
     assert "-> error invalid_input:" in text and "-> error unknown_tool:" in text
     assert "8 item(s)" in text
     assert estimate_tokens(out) < estimate_tokens(history) * 0.25
+
+
+def test_the_summary_reads_back_as_the_calls_it_summarises(store):
+    result, _client = long_run(store, steps=30)
+    steps = store.steps(result.run_id)
+    history = store.rebuild_messages(result.run_id)
+    assert summarised_calls(history) == []  # not compacted: nothing summarised
+    read_back = summarised_calls(compact(history, threshold_tokens=0))
+    expected = []
+    for step in steps[:-1]:
+        results = {r["tool_use_id"]: r for r in step_blocks(step, "tool_results")}
+        for call in (c for c in step_blocks(step, "assistant") if c["type"] == "tool_use"):
+            payload = json.loads(results[call["id"]]["content"])
+            expected.append((step.n, call["name"], call["input"], payload.get("ok", False),
+                             (payload.get("error") or {}).get("code"), bool(payload.get("created"))))
+    assert [(c.step, c.name, c.input, c.ok, c.error_code, c.created) for c in read_back] == expected
+
+
+def test_the_offline_model_finishes_under_compaction_and_writes_the_same_brief(tmp_path):
+    briefs, calls = [], []
+    for name, compact_at in (("plain", 0), ("compacted", 1_500)):
+        opened = open_store(tmp_path / f"{name}.db")
+        try:
+            client = OfflineClient(delay=0)
+            result = run_brief(opened, client=client, compact_at=compact_at)
+            assert result.status == "done"
+            steps = opened.steps(result.run_id)
+            keys = [t.idempotency_key for t in opened.list_tasks(run_id=result.run_id)]
+            assert len(keys) == len(set(keys)) == 6
+            briefs.append(result.final_text)
+            calls.append((client.calls, [s.compacted_est_tokens is not None for s in steps]))
+        finally:
+            opened.close()
+    assert calls[0] == (3, [False, False, False])
+    # Steps 3 and 4 were sent compacted: the reads were summarised away, so the model read again (one
+    # extra call) but did not create the tasks again, and its brief is the one it writes without compaction.
+    assert calls[1] == (4, [False, False, True, True])
+    assert briefs[1] == briefs[0] and briefs[0].count("new: Follow up:") == 6
 
 
 def test_every_compacted_request_of_a_run_passes_the_api_rules(store):
