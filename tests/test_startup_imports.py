@@ -38,9 +38,9 @@ def finished_run(store, counting_client) -> str:
 
 @pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tasks",), ("show", "RUN")],
                          ids=["runs", "runs-json", "tasks", "show"])
-def test_commands_that_call_no_model_do_not_import_anthropic(args, db_path, finished_run):
+def test_commands_that_call_no_model_do_not_import_anthropic(args, db_target, finished_run):
     args = tuple(finished_run if a == "RUN" else a for a in args)
-    names = imported_modules(dayflow_cmd(*args, "--db", str(db_path)))
+    names = imported_modules(dayflow_cmd(*args, "--db", str(db_target)))
     assert not {n for n in names if n == "anthropic" or n.startswith("anthropic.")}
 
 
