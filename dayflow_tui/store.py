@@ -299,6 +299,15 @@ class Store:
                       .order_by(Run.created_at.desc(), Run.id.desc()).limit(100))
         return next((run for run in candidates if not owner_alive(run)), None)
 
+    @staticmethod
+    def _filter_runs(query, status: Iterable[str] | None, search: str | None):
+        if status:
+            query = query.where(Run.status.in_(list(status)))
+        if search:
+            query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search)
+                                | Run.final_text.contains(search) | Run.error.contains(search))
+        return query
+
     @_db_errors
     def list_runs(self, *, limit: int = 50, before: tuple[str, str] | None = None,
                   status: Iterable[str] | None = None, search: str | None = None) -> list[Run]:
@@ -307,16 +316,13 @@ class Store:
         if before is not None:
             created, rid = before
             query = query.where((Run.created_at < created) | ((Run.created_at == created) & (Run.id < rid)))
-        if status:
-            query = query.where(Run.status.in_(list(status)))
-        if search:
-            query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search)
-                                | Run.final_text.contains(search) | Run.error.contains(search))
+        query = self._filter_runs(query, status, search)
         return list(query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit))
 
     @_db_errors
-    def count_runs(self) -> int:
-        return Run.select().count()
+    def count_runs(self, *, status: Iterable[str] | None = None, search: str | None = None) -> int:
+        """How many runs ``list_runs`` would page through with the same filters."""
+        return self._filter_runs(Run.select(), status, search).count()
 
     @_db_errors
     def runs_updated_since(self, since: str) -> list[Run]:
@@ -486,8 +492,12 @@ class Store:
             self._set_run(run_id, lease)
 
     @_db_errors
-    def steps(self, run_id: str) -> list[Step]:
-        return list(Step.select().where(Step.run == run_id).order_by(Step.n))
+    def steps(self, run_id: str, *, from_n: int | None = None) -> list[Step]:
+        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
+        query = Step.select().where(Step.run == run_id)
+        if from_n is not None:
+            query = query.where(Step.n >= from_n)
+        return list(query.order_by(Step.n))
 
     @_db_errors
     def replay_steps(self, run_id: str) -> list[Step]:

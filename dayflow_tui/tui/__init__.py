@@ -1,0 +1,1 @@
+"""``dayflow-tui``: the Textual dashboard over the store and the loop."""

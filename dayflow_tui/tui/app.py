@@ -1,0 +1,225 @@
+"""``dayflow-tui``: watch, inspect and resume runs.
+
+The app owns the store and the one drive worker; screens ask it to open,
+resume or start runs. The worker runs the loop on a thread and reports
+through messages (``messages.py``); the loop itself knows nothing of this UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from textual import on, work
+from textual.app import App
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from .. import loop
+from ..errors import DayflowError, StoreError
+from ..models import Run
+from ..safe_text import one_line, printable
+from ..store import Store, effective_status, holder, open_store, owner_alive
+from . import bindings
+from .commands import DayflowCommands
+from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
+from .screens.help import HelpScreen
+from .screens.run_list import RunListScreen
+from .screens.transcript import TranscriptScreen
+from .step_buffer import StepBuffer
+
+STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss")
+# The offline model's pace in the dashboard when DAYFLOW_OFFLINE_DELAY is unset: slow enough to watch.
+WATCHABLE_DELAY_S = "0.7"
+
+ClientFactory = Callable[[str], Any]
+
+
+def styles_dir() -> Path:
+    """The .tcss folder: inside the installed package (wheel), else the checkout's top-level ``styles/``."""
+    package = Path(__file__).resolve().parent.parent / "styles"
+    if (package / STYLE_FILES[0]).is_file():
+        return package
+    return Path(__file__).resolve().parent.parent.parent / "styles"
+
+
+class DayflowApp(App):
+    """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
+
+    TITLE = "Dayflow"
+    CSS_PATH = [styles_dir() / name for name in STYLE_FILES]
+    BINDINGS = bindings.APP
+    COMMANDS = App.COMMANDS | {DayflowCommands}
+
+    def __init__(self, store: Store, *, client_factory: ClientFactory | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.client_factory = client_factory
+        self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
+        self.drive_worker: Worker | None = None
+        self.sub_title = Path(store.label).name
+
+    def on_mount(self) -> None:
+        self.push_screen(RunListScreen())
+
+    # -- navigation --------------------------------------------------------
+
+    def open_transcript(self, run_id: str) -> None:
+        self.push_screen(TranscriptScreen(run_id))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def report_error(self, exc: BaseException) -> None:
+        self.notify(printable(one_line(loop.redact(str(exc)), 300)), title="Error", severity="error")
+
+    # -- driving runs --------------------------------------------------------
+
+    def resume_blocker(self, run: Run) -> str | None:
+        """Why ``run`` cannot be resumed from here, or None when it can."""
+        status = effective_status(run)
+        if status == "done":
+            return "done: nothing to resume"
+        if self.driving == run.id or (self.is_driving and self.driving is None):
+            return "being driven here"
+        if status == "running" and owner_alive(run):
+            return f"held by {holder(run)}"
+        if self.is_driving:
+            return f"this dashboard is driving run {self.driving}"
+        return None
+
+    @property
+    def is_driving(self) -> bool:
+        return self.drive_worker is not None and not self.drive_worker.is_finished
+
+    def resume_run(self, run_id: str) -> None:
+        try:
+            run = self.store.get_run(run_id)
+        except DayflowError as exc:
+            self.report_error(exc)
+            return
+        blocker = self.resume_blocker(run)
+        if blocker:
+            self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
+            return
+        self.driving = run.id
+        self.drive_worker = self._drive(run.id)
+
+    def action_new_run(self) -> None:
+        if self.is_driving:
+            self.notify(f"Already driving run {self.driving}; wait for it to finish.", severity="warning")
+            return
+        self.driving = None
+        self.drive_worker = self._drive(None)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="drive", name="drive")
+    def _drive(self, run_id: str | None) -> None:
+        """Run the loop on this thread; report through messages; never touch widgets."""
+        worker = get_current_worker()
+        buffer = StepBuffer(self.post_message)
+        new = run_id is None
+        started: list[str] = [run_id] if run_id else []
+
+        def on_start(rid: str) -> None:
+            started[:] = [rid]
+            self.post_message(RunStarted(rid, new=new))
+
+        client = None
+        options: dict[str, Any] = dict(on_step=buffer.add, on_start=on_start,
+                                       should_stop=lambda: worker.is_cancelled)
+        try:
+            if new:
+                model = loop.default_model()
+                client = self.client_factory(model) if self.client_factory else None
+                result = loop.run_brief(self.store, model=model, client=client, **options)
+            else:
+                run = self.store.get_run(run_id)
+                client = self.client_factory(run.model) if self.client_factory else None
+                result = loop.resume(run.id, store=self.store, client=client, **options)
+            buffer.flush()
+            self.post_message(RunFinished(result))
+        except (DayflowError, Exception) as exc:  # noqa: B014 (DayflowError first: the expected kind)
+            buffer.flush()
+            self.post_message(RunFailed(started[0] if started else None, loop.redact(str(exc))))
+        finally:
+            self.store.close_thread_connection()
+
+    def _fan_out(self, run_id: str | None) -> None:
+        for screen in self.screen_stack:
+            hook = getattr(screen, "run_changed", None)
+            if hook is not None and run_id is not None:
+                hook(run_id)
+
+    @on(RunStarted)
+    def _run_started(self, message: RunStarted) -> None:
+        self.driving = message.run_id
+        self._fan_out(message.run_id)
+        if message.new:
+            self.notify(f"Started run {message.run_id}.", title="New run")
+            if isinstance(self.screen, RunListScreen):
+                self.screen.poll()
+                self.screen.select_run(message.run_id)
+                self.open_transcript(message.run_id)
+
+    @on(StepCommitted)
+    def _step_committed(self, message: StepCommitted) -> None:
+        self._fan_out(message.run_id)
+
+    @on(RunFinished)
+    def _run_finished(self, message: RunFinished) -> None:
+        result = message.result
+        self.driving = None
+        if result.status == "done":
+            self.notify(f"Run {result.run_id} is done after {result.steps} steps.", title="Done")
+        elif result.status == "running":
+            self.notify(f"Run {result.run_id} stopped between steps; resume it any time.", severity="warning")
+        else:
+            self.notify(f"Run {result.run_id} stopped ({result.status}): {printable(result.error or '')}",
+                        severity="warning")
+        self._fan_out(result.run_id)
+
+    @on(RunFailed)
+    def _run_failed(self, message: RunFailed) -> None:
+        self.driving = None
+        where = f"Run {message.run_id}" if message.run_id else "The run"
+        self.notify(f"{where} stopped: {printable(one_line(message.error, 300))}. It can be resumed.",
+                    title="Run failed", severity="error", timeout=10)
+        self._fan_out(message.run_id)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker outcomes land besides the messages: a crash the worker could not report."""
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            self.driving = None
+            self.report_error(event.worker.error)
+        if event.worker.is_finished:
+            for screen in self.screen_stack:
+                screen.refresh_bindings()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
+    parser.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
+                        "~/.local/share/dayflow/dayflow.db)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        store = open_store(args.db)
+    except StoreError as exc:
+        print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
+        return exc.exit_code
+    os.environ.setdefault("DAYFLOW_OFFLINE_DELAY", WATCHABLE_DELAY_S)
+    try:
+        DayflowApp(store).run()
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Key bindings, one list per screen. The help screen and the footer read these lists."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+APP = [
+    Binding("q", "quit", "Quit", id="quit", tooltip="Quit (a run being driven stops after its current step)"),
+    Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="List every key"),
+    Binding("n", "new_run", "New run", id="new-run", tooltip="Start a new daily brief in the background"),
+]
+
+RUN_LIST = [
+    Binding("r", "resume", "Resume", id="resume", tooltip="Resume an interrupted, failed or budget-stopped run"),
+    Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
+    Binding("slash", "search", "Search", key_display="/", id="search", tooltip="Search by run id or text"),
+    Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
+]
+
+TRANSCRIPT = [
+    Binding("escape,backspace", "back", "Back", id="back", tooltip="Back to the run list"),
+    Binding("j,down", "step(1)", "Next step", key_display="j", id="next-step"),
+    Binding("k,up", "step(-1)", "Prev step", key_display="k", show=False, id="prev-step"),
+    Binding("g,home", "first_step", "First", key_display="g", show=False, id="first-step"),
+    Binding("G,end", "last_step", "Last", key_display="G", show=False, id="last-step"),
+    Binding("e", "expand", "Payloads", id="expand", tooltip="Fold or unfold every tool result payload"),
+    Binding("v", "raw", "Raw JSON", id="raw", tooltip="The exact JSON stored for the step"),
+    Binding("x", "next_request", "Next request", id="next-request",
+            tooltip="The exact messages the next model call would send"),
+    Binding("r", "resume", "Resume", id="resume", tooltip="Resume this run where it stopped (also the button)"),
+]
+
+HELP = [
+    Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc", id="close-help"),
+]
+
+# What the help screen lists: (section, bindings) in reading order.
+SECTIONS = (
+    ("Everywhere", APP + [Binding("ctrl+p", "command_palette", "Command palette")]),
+    ("Run list", [Binding("enter", "", "Open the highlighted run's transcript (or double-click)")] + RUN_LIST
+     + [Binding("j,k,g,G", "", "Move; first; last"),
+                             Binding("pageup,pagedown", "", "Page")]),
+    ("Transcript", TRANSCRIPT),
+)

@@ -1,0 +1,76 @@
+"""How run data reads on screen: status glyphs and words, numbers, times.
+
+Every untrusted string goes through ``safe_text`` before it reaches a
+renderable; these helpers only shape trusted values (counts, timestamps).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .. import clock
+
+# effective status -> (glyph, word). The word makes the status readable without colour.
+STATUS_LOOK: dict[str, tuple[str, str]] = {
+    "done": ("✔", "done"),
+    "running": ("▶", "running"),
+    "interrupted": ("⚠", "interrupted"),
+    "failed": ("✖", "failed"),
+    "budget": ("◼", "budget"),
+    "queued": ("…", "queued"),
+}
+# Theme colours for statuses shown inside text (the run table takes its colours from styles/run_list.tcss).
+STATUS_STYLES = {"done": "$text-success", "running": "$text-accent", "interrupted": "$text-warning",
+                 "failed": "$text-error", "budget": "$text-secondary", "queued": "$text-primary"}
+STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued")
+
+
+def status_label(status: str) -> str:
+    glyph, word = STATUS_LOOK.get(status, ("?", status))
+    return f"{glyph} {word}"
+
+
+def tokens(n: int | None) -> str:
+    return f"{n or 0:,}"
+
+
+def started(iso_ts: str | None) -> str:
+    """``2026-12-02 13:54:47`` from a stored ISO timestamp (UTC)."""
+    if not iso_ts:
+        return ""
+    return iso_ts[:19].replace("T", " ")
+
+
+def _parse(iso_ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(iso_ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def ago(iso_ts: str | None) -> str:
+    """How long ago ``iso_ts`` was, against ``clock.now()`` (pinned in tests)."""
+    then = _parse(iso_ts) if iso_ts else None
+    if then is None:
+        return ""
+    seconds = max((clock.now() - then).total_seconds(), 0)
+    if seconds < 60:
+        return f"{int(seconds)}s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h ago"
+    return f"{int(seconds // 86400)}d ago"
+
+
+def seconds(value: float | None) -> str:
+    """A gap between steps: ``0.7s``, ``42s``, ``3m 05s``, ``1h 30m``."""
+    if value is None:
+        return "—"
+    if value < 10:
+        return f"{value:.1f}s"
+    if value < 60:
+        return f"{value:.0f}s"
+    if value < 3600:
+        return f"{int(value // 60)}m {int(value % 60):02d}s"
+    return f"{int(value // 3600)}h {int(value % 3600 // 60):02d}m"

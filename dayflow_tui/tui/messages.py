@@ -1,0 +1,47 @@
+"""Messages a drive worker posts to the app (``post_message`` is thread-safe).
+
+The worker thread never touches widgets: it posts these, and the app's
+handlers (on the UI thread) update the screens.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from ..loop import RunResult, StepEvent
+
+
+class RunStarted(Message):
+    """A drive worker holds the run's lease and is about to call the model."""
+
+    def __init__(self, run_id: str, *, new: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.new = new
+
+
+class StepCommitted(Message):
+    """One or more step events committed to the store (a burst, coalesced by ``StepBuffer``)."""
+
+    def __init__(self, run_id: str, events: list[StepEvent]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.events = events
+
+
+class RunFinished(Message):
+    """The loop returned: done, budget, failed by stop reason, or stopped on request (``running``)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__()
+        self.result = result
+        self.run_id = result.run_id
+
+
+class RunFailed(Message):
+    """The loop raised (API error, run taken over, database): the run stays resumable."""
+
+    def __init__(self, run_id: str | None, error: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.error = error

@@ -1,0 +1,154 @@
+"""The first screen: every run, newest first, live."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from ...safe_text import printable
+from .. import bindings, formatting
+from ..widgets.run_table import RunFilter, RunTable, header_text
+
+POLL_EVERY_S = 0.5
+FILTERS = (None, *formatting.STATUS_ORDER)
+
+
+class RunListScreen(Screen):
+    BINDINGS = bindings.RUN_LIST
+
+    def __init__(self) -> None:
+        super().__init__(id="run-list")
+        self.run_filter = RunFilter()
+
+    @property
+    def store(self):
+        return self.app.store
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="filter-bar"):
+            yield Static(id="filter-status")
+            yield Input(placeholder="search by run id or text, Enter to apply", id="search")
+        yield Static(id="table-header")
+        yield RunTable(self.store, id="runs")
+        yield Static(id="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.reload(self.run_filter)
+        self.query_one("#search", Input).display = False
+        self._show_state()
+        self.table.focus()
+        self.set_interval(POLL_EVERY_S, self.poll)
+
+    @property
+    def table(self) -> RunTable:
+        return self.query_one(RunTable)
+
+    def on_resize(self) -> None:
+        self._draw_header()
+
+    def _draw_header(self) -> None:
+        header = self.query_one("#table-header", Static)
+        header.update(header_text(max(header.size.width, 20)))
+
+    def _show_state(self) -> None:
+        table, empty = self.table, self.query_one("#empty", Static)
+        has_rows = table.total > 0
+        table.display = has_rows
+        self.query_one("#table-header", Static).display = has_rows
+        empty.display = not has_rows
+        if not has_rows:
+            if self.run_filter.active:
+                empty.update(Text("No runs match this filter. Press Esc to clear it."))
+            else:
+                empty.update(Text.assemble("No runs yet. Press ", ("n", "bold"),
+                                           " for a first run: a daily brief on the offline model, step by step."))
+        shown = f"status: {self.run_filter.status or 'all'}"
+        if self.run_filter.search:
+            shown += f" · search: {printable(self.run_filter.search)}"
+        count = f"{table.total:,} run{'s' if table.total != 1 else ''}"
+        self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
+        self._draw_header()
+        self.refresh_bindings()
+
+    def poll(self) -> None:
+        """Live tick: cheap marker check, then only the changed rows."""
+        try:
+            changed = self.table.poll()
+        except Exception as exc:  # a locked or vanished database must not kill the dashboard
+            self.app.report_error(exc)
+            return
+        if changed:
+            self._show_state()
+        else:
+            self.refresh_bindings()
+
+    def run_changed(self, run_id: str) -> None:
+        """The app says one of its workers committed to ``run_id``."""
+        self.poll()
+
+    def select_run(self, run_id: str) -> None:
+        self.table.select_run(run_id)
+
+    # -- actions -----------------------------------------------------------
+
+    @on(RunTable.Selected)
+    def _open_selected(self, event: RunTable.Selected) -> None:
+        self.app.open_transcript(event.run_id)
+
+    @on(RunTable.Highlighted)
+    def _highlighted(self) -> None:
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "resume":
+            run = self.table.current if self.is_mounted else None
+            return None if run is None or self.app.resume_blocker(run) else True
+        if action == "open":
+            return True if self.is_mounted and self.table.current is not None else None
+        return True
+
+    def action_open(self) -> None:
+        if self.table.current is not None:
+            self.app.open_transcript(self.table.current.id)
+
+    def action_resume(self) -> None:
+        if self.table.current is not None:
+            self.app.resume_run(self.table.current.id)
+
+    def action_cycle_filter(self) -> None:
+        position = FILTERS.index(self.run_filter.status)
+        self.apply_filter(status=FILTERS[(position + 1) % len(FILTERS)])
+
+    def apply_filter(self, *, status: str | None | object = ..., search: str | None | object = ...) -> None:
+        new_status = self.run_filter.status if status is ... else status
+        new_search = self.run_filter.search if search is ... else (search or None)
+        self.run_filter = RunFilter(new_status, new_search)  # type: ignore[arg-type]
+        keep = self.table.current.id if self.table.current else None
+        self.table.reload(self.run_filter, keep=keep)
+        self._show_state()
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.display = True
+        search.value = self.run_filter.search or ""
+        search.focus()
+
+    @on(Input.Submitted, "#search")
+    def _search(self, event: Input.Submitted) -> None:
+        self.apply_filter(search=event.value.strip())
+        event.input.display = bool(self.run_filter.search)
+        self.table.focus()
+
+    def action_clear_filters(self) -> None:
+        search = self.query_one("#search", Input)
+        search.value = ""
+        search.display = False
+        self.apply_filter(status=None, search=None)
+        self.table.focus()

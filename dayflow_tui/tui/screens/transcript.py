@@ -1,0 +1,331 @@
+"""A run step by step: a list of steps on the left, the selected one in full on the right.
+
+Opening a run builds the cheap step index (one line per step) and renders
+one step, so a 500-step run opens as fast as a 3-step one. New steps (from
+our worker or another process) are appended as they commit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header, OptionList, Sparkline, Static, TextArea
+from textual.widgets.option_list import Option
+
+from ... import loop
+from ...errors import DayflowError
+from ...models import Run
+from ...safe_text import one_line, printable
+from ...store import effective_status
+from ...transcript import StepView, build_steps
+from .. import bindings, formatting
+from ..widgets.step_detail import StepDetail
+
+POLL_EVERY_S = 0.5
+BRIEF = "brief"
+MODES = ("detail", "raw", "request")
+
+
+def step_prompt(view: StepView) -> Content:
+    calls = len(view.calls)
+    errors = sum(1 for call in view.calls if call.is_error)
+    tools = f"{calls} tool{'s' if calls != 1 else ''}" if calls else ""
+    return Content.assemble(
+        (f"{view.n:>3} ", "bold"),
+        (printable(view.stop_reason or "—")[:10].ljust(10), "green" if view.stop_reason == "end_turn" else ""),
+        f"{formatting.tokens(view.input_tokens + view.output_tokens):>8} ",
+        (tools.ljust(8), ""),
+        (" ✖" if errors or view.problem else "", "bold red"),
+    )
+
+
+class TranscriptScreen(Screen):
+    BINDINGS = bindings.TRANSCRIPT
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(classes="transcript")
+        self.run_id = run_id
+        self.run: Run | None = None
+        self.rows: list = []  # Step rows, in order
+        self.views: list[StepView] = []
+        self.mode = "detail"
+        self.payloads_open = False
+        self._marker: tuple | None = None
+        self._shown: tuple | None = None
+
+    @property
+    def store(self):
+        return self.app.store
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="run-bar"):
+            yield Static(id="run-summary")
+            yield Button("Resume", id="resume-button", variant="primary")
+        yield Static(id="task")
+        yield Static(id="live")
+        with Horizontal(id="body"):
+            with Vertical(id="sidebar"):
+                yield Static(Content.styled("tokens per step", "dim"), id="chart-title")
+                yield Sparkline([0], id="token-chart")
+                yield OptionList(id="steps")
+            with Vertical(id="main"):
+                yield StepDetail(id="detail")
+                with Vertical(id="raw-pane", classes="pane"):
+                    yield Static(id="raw-title", classes="pane-title")
+                    yield TextArea(id="raw", read_only=True, soft_wrap=True, show_cursor=False)
+                with Vertical(id="request-pane", classes="pane"):
+                    yield Static(id="request-title", classes="pane-title")
+                    yield TextArea(id="request", read_only=True, soft_wrap=True, show_cursor=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#raw", TextArea).cursor_blink = False
+        self.query_one("#request", TextArea).cursor_blink = False
+        try:
+            self._load()
+        except DayflowError as exc:
+            self.app.report_error(exc)
+            self.dismiss()
+            return
+        self._set_mode("detail")
+        self.query_one("#steps", OptionList).focus()
+        self._show_selected()
+        self.set_interval(POLL_EVERY_S, self.poll)
+
+    # -- data --------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Read the run and the steps that changed since last time; redraw only what changed."""
+        self._marker = self.store.change_marker()
+        run = self.store.get_run(self.run_id)
+        self.run_id = run.id
+        # The last known step may have gained its tool results since: re-read from it on.
+        from_n = self.rows[-1].n if self.rows else None
+        fresh = self.store.steps(self.run_id, from_n=from_n)
+        kept = [row for row in self.rows if from_n is None or row.n < from_n]
+        rows = kept + fresh
+        changed_steps = [(r.n, r.tool_results is not None) for r in rows] != \
+            [(r.n, r.tool_results is not None) for r in self.rows]
+        self.run = run
+        if changed_steps:
+            self.rows = rows
+            self.views = build_steps(rows)
+        self._redraw(steps_changed=changed_steps)
+
+    def _redraw(self, *, steps_changed: bool) -> None:
+        run = self.run
+        assert run is not None
+        status = effective_status(run)
+        summary = Content.assemble(
+            (printable(run.id), "bold"), "  ",
+            (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
+            f"  ·  {run.step_count} step{'s' if run.step_count != 1 else ''}",
+            f"  ·  {formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out",
+            "  ·  ", printable(run.model), f"  ·  {formatting.started(run.created_at)}",
+        )
+        self.query_one("#run-summary", Static).update(summary)
+        self.query_one("#task", Static).update(Content.assemble(("Task  ", "bold"), printable(run.user_msg)))
+        self._draw_resume_button()
+        self._draw_live()
+        if steps_changed:
+            self._draw_step_list()
+        elif self._brief_changed():
+            self._draw_step_list()
+
+    def _brief_changed(self) -> bool:
+        run = self.run
+        shown = (run.status, bool(run.final_text), run.error) if run else None
+        changed, self._shown = shown != self._shown, shown
+        return changed
+
+    def _entries(self) -> int:
+        has_end = bool(self.run and (self.run.final_text or (self.run.error and self.run.status != "done")))
+        return len(self.views) + (1 if has_end else 0)
+
+    def _draw_step_list(self) -> None:
+        option_list = self.query_one("#steps", OptionList)
+        old_count = option_list.option_count
+        # Follow new steps when the reader is at the end of a run that is moving; otherwise stay put.
+        live = self.run is not None and effective_status(self.run) in ("running", "queued")
+        was_at_end = (live or old_count > 0) and (option_list.highlighted is None
+                                                  or option_list.highlighted >= old_count - 1)
+        options = [Option(step_prompt(view), id=f"step-{view.n}") for view in self.views]
+        run = self.run
+        if run is not None and run.final_text:
+            options.append(Option(Content.styled("    brief", "bold green"), id=BRIEF))
+        elif run is not None and run.error and run.status != "done":
+            options.append(Option(Content.styled("    stopped", "bold red"), id=BRIEF))
+        highlighted = option_list.highlighted
+        with self.app.batch_update():
+            option_list.clear_options()
+            option_list.add_options(options)
+            if options:
+                target = len(options) - 1 if was_at_end else (highlighted or 0)
+                option_list.highlighted = min(target, len(options) - 1)
+        self._brief_changed()
+        self.query_one("#token-chart", Sparkline).data = [v.input_tokens + v.output_tokens for v in self.views] or [0]
+        self._show_selected()
+
+    def _draw_resume_button(self) -> None:
+        button = self.query_one("#resume-button", Button)
+        run = self.run
+        blocker = self.app.resume_blocker(run) if run is not None else "no run"
+        if blocker is None:
+            button.label, button.disabled = Content("Resume"), False
+            button.tooltip = "Continue this run where it stopped (r)"
+        else:
+            short = "Done" if blocker.startswith("done") else ("Resuming…" if blocker == "being driven here"
+                                                               else "Busy")
+            button.label, button.disabled = Content(short), True
+            button.tooltip = printable(f"Cannot resume: {blocker}")
+        self.refresh_bindings()
+
+    def _draw_live(self) -> None:
+        live = self.query_one("#live", Static)
+        run = self.run
+        blocker = self.app.resume_blocker(run) if run is not None else None
+        if self.app.driving == self.run_id:
+            live.update(Content.styled(f"▶ driving this run here: {run.step_count} step"
+                                       f"{'s' if run.step_count != 1 else ''} committed, waiting for the model…",
+                                       "bold"))
+            live.display = True
+        elif blocker and blocker.startswith("held by"):
+            live.update(Content.styled(f"▶ {printable(blocker)}: watching it live; resume is disabled", "bold"))
+            live.display = True
+        else:
+            live.display = False
+
+    def poll(self) -> None:
+        """Live tick: another process (or our worker) may have committed steps."""
+        try:
+            marker = self.store.change_marker()
+            if marker != self._marker:
+                self._load()
+            else:
+                self._draw_resume_button()  # an owner may have died without a commit
+                self._draw_live()
+        except DayflowError as exc:
+            self.app.report_error(exc)
+
+    def run_changed(self, run_id: str) -> None:
+        if run_id == self.run_id and self.is_mounted:
+            try:
+                self._load()
+            except DayflowError as exc:
+                self.app.report_error(exc)
+
+    # -- showing -------------------------------------------------------------
+
+    def _selected(self) -> int | None:
+        return self.query_one("#steps", OptionList).highlighted
+
+    @on(OptionList.OptionHighlighted, "#steps")
+    def _highlighted(self) -> None:
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        detail = self.query_one(StepDetail)
+        index = self._selected()
+        run = self.run
+        if run is None:
+            return
+        if index is None or not self._entries():
+            detail.show_message("No steps yet. " + ("Press r to run it." if run.status == "queued" else ""))
+        elif index >= len(self.views):
+            detail.show_brief(run)
+        else:
+            detail.show_step(self.views[index], run, last=index == len(self.views) - 1)
+            if self.payloads_open:
+                self.call_after_refresh(detail.set_payloads, True)
+        if self.mode == "raw":
+            self._fill_raw()
+
+    def _set_mode(self, mode: str) -> None:
+        self.mode = mode
+        for name, pane in (("detail", "#detail"), ("raw", "#raw-pane"), ("request", "#request-pane")):
+            self.query_one(pane).display = name == mode
+        if mode == "raw":
+            self._fill_raw()
+        elif mode == "request":
+            self._fill_request()
+
+    def _fill_raw(self) -> None:
+        index = self._selected()
+        title = self.query_one("#raw-title", Static)
+        area = self.query_one("#raw", TextArea)
+        if index is None or index >= len(self.views):
+            title.update(Content("Raw JSON: select a step"))
+            area.text = ""
+            return
+        view = self.views[index]
+        title.update(Content(f"Step {view.n}: the exact JSON stored (assistant, then tool_results)"))
+        results = view.raw_tool_results if view.raw_tool_results is not None else "null"
+        area.text = printable(f"{view.raw_assistant}\n\n{results}")
+
+    def _fill_request(self) -> None:
+        title = self.query_one("#request-title", Static)
+        area = self.query_one("#request", TextArea)
+        try:
+            preview = loop.next_request_preview(self.store, self.run_id)
+        except DayflowError as exc:
+            title.update(Content(f"Next request: cannot be built ({printable(one_line(exc, 200))})"))
+            area.text = ""
+            return
+        compacted = (f"compacted to ~{preview.est_after:,} tokens" if preview.compacted
+                     else "not compacted")
+        title.update(Content(f"Next request: {len(preview.messages)} messages, ~{preview.est_before:,} tokens "
+                             f"from history, {compacted}. Exactly what the next call sends."))
+        area.text = printable(json.dumps(preview.messages, indent=2, ensure_ascii=False))
+
+    # -- actions -------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "resume":
+            return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
+        return True
+
+    def action_back(self) -> None:
+        if self.mode != "detail":
+            self._set_mode("detail")
+        else:
+            self.dismiss()
+
+    def _go(self, index: int) -> None:
+        option_list = self.query_one("#steps", OptionList)
+        if option_list.option_count:
+            option_list.highlighted = max(0, min(index, option_list.option_count - 1))
+
+    def action_step(self, delta: int) -> None:
+        current = self._selected()
+        self._go((current if current is not None else -1) + delta)
+
+    def action_first_step(self) -> None:
+        self._go(0)
+
+    def action_last_step(self) -> None:
+        self._go(self.query_one("#steps", OptionList).option_count - 1)
+
+    def action_expand(self) -> None:
+        self.payloads_open = not self.payloads_open
+        self.query_one(StepDetail).set_payloads(self.payloads_open)
+
+    def action_raw(self) -> None:
+        self._set_mode("detail" if self.mode == "raw" else "raw")
+
+    def action_next_request(self) -> None:
+        self._set_mode("detail" if self.mode == "request" else "request")
+
+    def action_resume(self) -> None:
+        self.app.resume_run(self.run_id)
+        self._draw_resume_button()
+
+    @on(Button.Pressed, "#resume-button")
+    def _resume_pressed(self) -> None:
+        self.action_resume()
+

@@ -1,0 +1,113 @@
+"""One step of a transcript, in full: only the selected step is ever built.
+
+Everything shown here came from the model or a tool: it is wrapped in
+``Content`` from plain strings after ``safe_text.printable`` (no markup
+parsing, no terminal escapes), except the final brief, which is Markdown.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Collapsible, Markdown, Rule, Static
+
+from ...models import Run
+from ...safe_text import printable
+from ...transcript import StepView, ToolCall
+from .. import formatting
+
+
+def _text(value: object, style: str = "") -> Content:
+    return Content.styled(printable(value), style) if style else Content(printable(value))
+
+
+def step_heading(view: StepView) -> Content:
+    stop_style = "bold green" if view.stop_reason == "end_turn" else "bold"
+    parts: list = [(f"Step {view.n}", "bold"), "  stop ", (printable(view.stop_reason or "—"), stop_style),
+                   f"  ·  {formatting.tokens(view.input_tokens)} in / {formatting.tokens(view.output_tokens)} out",
+                   f"  ·  cumulative {formatting.tokens(view.cum_input)} / {formatting.tokens(view.cum_output)}"]
+    parts.append(f"  ·  +{formatting.seconds(view.seconds_since_previous)} after previous"
+                 if view.seconds_since_previous is not None else "  ·  first step")
+    return Content.assemble(*parts)
+
+
+def step_facts(view: StepView) -> Content:
+    facts = []
+    if view.duration_ms is not None:
+        facts.append(f"model call {view.duration_ms:,} ms")
+    if view.cache_read_tokens or view.cache_write_tokens:
+        facts.append(f"cache read {formatting.tokens(view.cache_read_tokens)}, "
+                     f"write {formatting.tokens(view.cache_write_tokens)}")
+    if view.request_est_tokens is not None:
+        sent = (f", compacted to ~{formatting.tokens(view.compacted_est_tokens)}"
+                if view.compacted_est_tokens is not None else "")
+        facts.append(f"request ~{formatting.tokens(view.request_est_tokens)} tokens{sent}")
+    facts.append(f"committed {formatting.started(view.created_at)}")
+    return Content.styled("  ·  ".join(facts), "dim")
+
+
+def call_heading(call: ToolCall) -> Content:
+    outcome_style = "bold red" if call.is_error else ("bold green" if call.result is not None else "yellow")
+    count = f"  ·  {call.item_count} item{'s' if call.item_count != 1 else ''}" if call.item_count is not None else ""
+    return Content.assemble("→ ", (printable(call.name), "bold"), "  ", (printable(call.outcome), outcome_style),
+                            count)
+
+
+class ToolCallView(Vertical):
+    """A tool call: name, readable arguments, outcome; the result payload folded until asked for."""
+
+    def __init__(self, call: ToolCall) -> None:
+        super().__init__(classes="tool-call" + (" tool-error" if call.is_error else ""))
+        self.call = call
+
+    def compose(self) -> ComposeResult:
+        yield Static(call_heading(self.call), classes="tool-call-title")
+        yield Static(_text(self.call.pretty_input()), classes="tool-args")
+        if self.call.result is not None:
+            payload = self.call.pretty_result()
+            with Collapsible(title=f"result payload · {len(payload):,} chars", collapsed=True,
+                             classes="payload"):
+                yield Static(_text(payload), classes="payload-text")
+
+
+class StepDetail(VerticalScroll):
+    """Shows one step (or the run's brief); rebuilt when the selection changes."""
+
+    def show_step(self, view: StepView, run: Run, *, last: bool) -> None:
+        widgets: list = [Static(step_heading(view), classes="step-heading"),
+                         Static(step_facts(view), classes="step-facts")]
+        if view.problem:
+            widgets.append(Static(_text(view.problem, "bold red"), classes="step-problem"))
+        for text in view.texts:
+            widgets.append(Static(_text(text), classes="assistant-text"))
+        for block in view.other_blocks:
+            widgets.append(Static(_text(f"[{block.get('type')} block]", "dim italic"), classes="other-block"))
+        widgets.extend(ToolCallView(call) for call in view.calls)
+        if last and run.error and run.status != "done":
+            widgets.append(Static(_text(f"stopped: {run.error}", "bold red"), classes="run-error"))
+        self._replace(widgets)
+
+    def show_brief(self, run: Run) -> None:
+        widgets: list = []
+        if run.final_text:
+            widgets += [Static(Content.styled("Daily brief", "bold"), classes="step-heading"),
+                        Rule(line_style="heavy"),
+                        # Markdown from the model renders as Markdown; control characters are shown as escapes.
+                        Markdown(printable(run.final_text), classes="brief")]
+        if run.error and run.status != "done":
+            widgets.append(Static(_text(f"stopped: {run.error}", "bold red"), classes="run-error"))
+        self._replace(widgets)
+
+    def show_message(self, text: str) -> None:
+        self._replace([Static(Content(text), classes="step-placeholder")])
+
+    def _replace(self, widgets: list) -> None:
+        with self.app.batch_update():
+            self.remove_children()
+            self.mount_all(widgets)
+        self.scroll_home(animate=False)
+
+    def set_payloads(self, expanded: bool) -> None:
+        for collapsible in self.query(Collapsible):
+            collapsible.collapsed = not expanded

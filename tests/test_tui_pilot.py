@@ -1,0 +1,311 @@
+"""The dashboard driven through Textual's Pilot, against real databases and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from textual.widgets import OptionList, TextArea
+from tui_helpers import SIZE, TUI_BIN, GateClient, screen_text, wait_for
+
+from conftest import CountingClient, dayflow_cmd
+from dayflow_tui import loop
+from dayflow_tui.store import effective_status, open_store, owner_alive
+from dayflow_tui.tui import demo_data
+from dayflow_tui.tui.app import DayflowApp
+from dayflow_tui.tui.screens.transcript import TranscriptScreen
+from dayflow_tui.tui.widgets.run_table import RunTable
+
+OFFLINE_STEPS = 3  # the offline model: read, create tasks, write the brief
+
+# Async tests run on anyio's pytest plugin (anyio comes with httpx, the anthropic SDK's transport).
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def _table(app) -> RunTable:
+    return app.screen.query_one(RunTable)
+
+
+def _shown_ids(app) -> list[str]:
+    table = _table(app)
+    return [table.row(i).id for i in range(table.total)]
+
+
+async def _open(pilot, run_id: str) -> TranscriptScreen:
+    _table(pilot.app).select_run(run_id)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.run)
+    return pilot.app.screen
+
+
+async def test_r_resumes_an_interrupted_run_with_exactly_the_remaining_calls(store):
+    demo_data.interrupted_run(store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
+    assert effective_status(store.get_run("run-crash-001")) == "interrupted"
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open(pilot, "run-crash-001")
+        assert len(screen.views) == 1
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-crash-001").status == "done")
+        await wait_for(pilot, lambda: len(screen.views) == OFFLINE_STEPS)
+        await pilot.pause()
+        steps = screen.query_one("#steps", OptionList)
+        assert steps.option_count == OFFLINE_STEPS + 1  # and the brief
+        assert steps.highlighted == OFFLINE_STEPS  # followed the run to its brief
+        text = screen_text(app)
+        assert "✔ done" in text and "## Today" not in text  # the brief renders as Markdown
+        assert "Daily brief" in text and "Today" in text
+    assert client.calls == OFFLINE_STEPS - 1
+    run = store.get_run("run-crash-001")
+    assert run.step_count == OFFLINE_STEPS and run.owner_pid is None
+
+
+async def test_r_on_the_run_list_resumes_the_highlighted_run(store):
+    demo_data.failed_run(store, "run-failed-01", demo_data.BASE_TIME)
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert _table(app).current.id == "run-failed-01"
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.is_driving and _table(app).current.status == "done")
+        assert "✔ done" in screen_text(app)
+    assert client.calls == OFFLINE_STEPS - 1  # step 1 was committed before the failure
+
+
+async def test_done_run_has_nothing_to_resume(store):
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open(pilot, "run-done-0001")
+        assert screen.query_one("#resume-button").disabled
+        assert screen.check_action("resume", ()) is None
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        assert not app.is_driving
+    assert client.calls == 0
+
+
+async def test_model_error_is_a_notification_and_the_run_stays_resumable(store):
+    demo_data.interrupted_run(store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
+    failing = CountingClient(fail_on={1: ConnectionError("connection reset by peer")})
+    app = DayflowApp(store, client_factory=lambda model: failing)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, "run-crash-001")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-crash-001").status == "failed")
+        await wait_for(pilot, lambda: any("Run failed" == n.title for n in app._notifications))
+        await wait_for(pilot, lambda: not app.screen.query_one("#resume-button").disabled)
+        # Resume again: the next call succeeds, and the committed step 1 is not paid again.
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-crash-001").status == "done")
+    assert failing.calls == 1 + (OFFLINE_STEPS - 1)
+
+
+async def test_new_run_with_n_arrives_step_by_step(store):
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "press n" in screen_text(app).lower() or "Press n" in screen_text(app)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        screen = app.screen
+        await wait_for(pilot, lambda: not app.is_driving and len(screen.views) == OFFLINE_STEPS)
+        await wait_for(pilot, lambda: screen.run.status == "done")
+    assert client.calls == OFFLINE_STEPS
+    assert [r.status for r in store.list_runs()] == ["done"]
+
+
+async def test_quitting_while_a_run_is_driven_leaves_it_resumable(store):
+    demo_data.interrupted_run(store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
+    gate = GateClient(free=0)  # step 2's model call is in flight when q is pressed
+    app = DayflowApp(store, client_factory=lambda model: gate)
+    gate.app = app
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, "run-crash-001")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: gate.waiting.is_set())
+        await pilot.press("q")
+    # The call in flight returns, step 2 commits with its tool results, the loop sees the
+    # cancel before paying for step 3 and releases the lease.
+    _wait_db(lambda: store.get_run("run-crash-001").owner_pid is None)
+    run = store.get_run("run-crash-001")
+    assert gate.calls == 1 and run.step_count == 2
+    assert run.status == "running" and effective_status(run) == "interrupted"
+    store.rebuild_messages(run.id)  # consistent: every tool_use has its results
+    counting = CountingClient()
+    result = loop.resume(run.id, store=store, client=counting)
+    assert result.status == "done" and counting.calls == OFFLINE_STEPS - 2
+
+
+def _wait_db(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+async def test_run_from_another_process_shows_up_without_input(db_path, store):
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert _table(app).total == 0
+        env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="0.4")
+        proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_path)), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            await wait_for(pilot, lambda: _table(app).total == 1)
+            run_id = _table(app).row(0).id
+            # Counts move while it runs, then it ends: all without a key pressed.
+            await wait_for(pilot, lambda: 0 < _table(app).row(0).step_count)
+            await wait_for(pilot, lambda: _table(app).row(0).status == "done", timeout=60)
+            assert _table(app).row(0).step_count == OFFLINE_STEPS
+            assert run_id in screen_text(app) and "✔ done" in screen_text(app)
+        finally:
+            proc.wait(timeout=60)
+        assert proc.returncode == 0
+
+
+async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_path, store):
+    env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="4")  # slow enough to look at it while it is held
+    proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_path)), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_db(lambda: store.list_runs() and store.list_runs()[0].step_count >= 1)
+        run_id = store.list_runs()[0].id
+        client = CountingClient()
+        app = DayflowApp(store, client_factory=lambda model: client)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open(pilot, run_id)
+            button = screen.query_one("#resume-button")
+            assert button.disabled
+            assert f"pid {proc.pid}" in str(button.tooltip)
+            assert f"pid {proc.pid}" in screen_text(app)
+            await pilot.press("r")
+            await pilot.pause(0.2)
+            assert not app.is_driving and client.calls == 0
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            # No commit happens when a process is killed: the dashboard notices the dead owner by itself.
+            await wait_for(pilot, lambda: not button.disabled)
+            committed = store.get_run(run_id).step_count
+            await pilot.press("r")
+            await wait_for(pilot, lambda: not app.is_driving and store.get_run(run_id).status == "done")
+        assert client.calls == OFFLINE_STEPS - committed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_markup_and_escape_codes_render_literally(store):
+    demo_data.hostile_run(store, "run-hostile-1", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        listed = screen_text(app)
+        assert "Summarise: [bold]not bold[/] [link=https://evil.example]click[/link] \\x1b[31mred?" in listed
+        screen = await _open(pilot, "run-hostile-1")
+        await pilot.press("e")
+        await pilot.pause(0.3)
+        shown = screen_text(app)
+        assert "Reading mail titled [bold]not bold[/] [link=https://evil.example]click[/link]" in shown
+        assert "\\x1b]8;;https://evil.example\\x07osc link" in shown
+        assert "\\x1b]0;retitled\\x07 [/] [@click=app.quit]q[/]" in shown
+        assert '"from": "[link=x]boss[/link] <boss@example.com>"' in shown
+        assert "error invalid_input" in shown
+        assert "\x1b" not in shown and "\x07" not in shown
+        await pilot.press("G")
+        await pilot.pause(0.3)
+        brief = screen_text(app)
+        assert "Check the [bold] mail." in brief
+        await pilot.press("g", "v")
+        await pilot.pause(0.2)
+        raw = screen.query_one("#raw", TextArea).text
+        stored = store.steps("run-hostile-1")[0]
+        assert stored.assistant in raw  # the exact stored JSON (json.dumps already escapes ESC as \u001b)
+        assert app.is_running  # [@click=app.quit] did nothing
+
+
+async def test_next_request_shows_exactly_what_the_loop_would_send(store):
+    demo_data.interrupted_run(store, "run-crash-001", demo_data.BASE_TIME, after_step=2)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open(pilot, "run-crash-001")
+        await pilot.press("x")
+        await pilot.pause(0.2)
+        preview = loop.next_request_preview(store, "run-crash-001")
+        assert json.loads(screen.query_one("#request", TextArea).text) == preview.messages
+        title = str(screen.query_one("#request-title").render())
+        assert f"{len(preview.messages)} messages" in title and f"~{preview.est_before:,} tokens" in title
+        await pilot.press("x")
+        assert screen.query_one("#detail").display
+
+
+async def test_step_navigation(store):
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open(pilot, "run-done-0001")
+        steps = screen.query_one("#steps", OptionList)
+        assert steps.highlighted == 0
+        await pilot.press("j", "j")
+        assert steps.highlighted == 2
+        await pilot.press("k")
+        assert steps.highlighted == 1
+        await pilot.press("G")
+        assert steps.highlighted == OFFLINE_STEPS  # the brief
+        await pilot.press("g")
+        assert steps.highlighted == 0
+        assert "Step 1" in screen_text(app)
+        assert list(screen.query_one("#token-chart").data) == [v.input_tokens + v.output_tokens
+                                                               for v in screen.views]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, TranscriptScreen)
+
+
+async def test_run_list_pages_by_keyset_and_filters(store):
+    demo_data.many_runs(store, 450)
+    demo_data.failed_run(store, "run-failed-01", demo_data.BASE_TIME.replace(year=2027))
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = _table(app)
+        assert table.total == 451
+        assert len(table.rows) < table.total  # only a window is loaded
+        await pilot.press("end")
+        assert table.cursor == 450 and len(table.rows) == 451
+        ids = [run.id for run in table.rows]
+        assert len(set(ids)) == 451 and ids[0] == "run-failed-01" and ids[-1] == "bulk-0000000"
+        await pilot.press("f", "f", "f", "f")  # all -> done -> running -> interrupted -> failed
+        assert table.filter.status == "failed" and table.total == 1
+        await pilot.press("escape", "slash")
+        await pilot.press(*"bulk run 44", "enter")
+        assert table.total == 11  # "bulk run 44" and "bulk run 440".."449"
+        await pilot.press("escape")
+        assert table.total == 451
+
+
+def test_bad_database_is_one_line_and_nonzero_exit(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    done = subprocess.run([str(TUI_BIN), "--db", str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dayflow-tui: error: ") and "Traceback" not in done.stderr
+    assert "not a readable Dayflow database" in lines[0]
+    assert bad.read_bytes() == b"this is not sqlite" * 100

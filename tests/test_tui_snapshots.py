@@ -1,0 +1,92 @@
+"""Snapshots of the dashboard (pytest-textual-snapshot). Plain ``def``: snap_compare runs its own loop.
+
+Deterministic: each test builds its database with fixed run ids at pinned
+clock times (``demo_data``), the clock on screen is pinned (DAYFLOW_FAKE_NOW),
+model-call durations are fixed, the terminal is 120x36, cursors do not
+blink and no worker is left running unless the snapshot is of a run in progress.
+Update with ``pytest tests/test_tui_snapshots.py --snapshot-update`` and review the SVGs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from textual.widgets import OptionList
+from tui_helpers import SIZE, GateClient, SteadyTimer, wait_for
+
+from dayflow_tui import loop
+from dayflow_tui.store import open_store
+from dayflow_tui.tui import demo_data
+from dayflow_tui.tui.app import DayflowApp
+
+
+@pytest.fixture(autouse=True)
+def steady_screen(monkeypatch):
+    monkeypatch.setenv("DAYFLOW_FAKE_NOW", demo_data.SCREEN_TIME)
+    monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
+    monkeypatch.setattr(loop, "time", SteadyTimer())
+
+
+@pytest.fixture
+def tui_store(db_path):
+    store = open_store(db_path)
+    yield store
+    store.close()
+
+
+def _open_run(run_id: str):
+    async def run_before(pilot):
+        table = pilot.app.screen.query_one("RunTable")
+        table.select_run(run_id)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pilot.app.screen.query("#steps")
+                       and pilot.app.screen.query_one("#steps", OptionList).option_count > 0)
+        await pilot.pause()
+    return run_before
+
+
+def test_run_list_every_status(snap_compare, tui_store):
+    lease = demo_data.every_status(tui_store)
+    try:
+        assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE)
+    finally:
+        tui_store.release(lease)
+
+
+def test_run_list_empty_database(snap_compare, tui_store):
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE)
+
+
+def test_transcript_three_steps(snap_compare, tui_store):
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-done-0001"))
+
+
+def test_transcript_tool_error(snap_compare, tui_store):
+    demo_data.hostile_run(tui_store, "run-hostile-1", demo_data.BASE_TIME)
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-hostile-1"))
+
+
+def test_resume_in_progress(snap_compare, tui_store):
+    demo_data.interrupted_run(tui_store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
+    gate = GateClient(free=1)
+    app = DayflowApp(tui_store, client_factory=lambda model: gate)
+    gate.app = app
+    opened = _open_run("run-crash-001")
+
+    async def run_before(pilot):
+        await opened(pilot)
+        await pilot.press("r")
+        screen = pilot.app.screen
+        # Step 2 committed with its tool results, step 3's model call under way.
+        await wait_for(pilot, lambda: gate.waiting.is_set() and len(screen.views) == 2
+                       and screen.rows[-1].tool_results is not None and screen.query_one("#live").display)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_help_screen(snap_compare, tui_store):
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME + timedelta(minutes=1))
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, press=["question_mark"])

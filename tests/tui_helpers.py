@@ -1,0 +1,72 @@
+"""Helpers shared by the dashboard tests (imported by tests/test_tui_*.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from dayflow_tui.offline import OfflineClient
+
+TUI_BIN = Path(sys.executable).parent / "dayflow-tui"
+SIZE = (120, 36)
+
+
+def screen_text(app) -> str:
+    """What the terminal shows right now, as plain text (no colours)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens,
+                                                       simplify=True))
+    return console.export_text()
+
+
+async def wait_for(pilot, condition, timeout: float = 30.0, step: float = 0.05) -> None:
+    """Let the app run until ``condition()`` holds (generous: the machines are shared and slow)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {condition}")
+        await pilot.pause(step)
+
+
+class SteadyTimer:
+    """Stands in for the loop's ``time`` module: every model call takes exactly 700 ms."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
+
+    def monotonic(self) -> float:
+        return next(self._ticks) * 0.7
+
+
+class GateClient:
+    """The offline model whose calls after the first ``free`` wait until the app stops running.
+
+    Holds a resume "in progress" for a snapshot, then lets the worker finish
+    cleanly when the app shuts down (the loop sees the cancel and stops).
+    """
+
+    def __init__(self, free: int) -> None:
+        self._offline = OfflineClient(delay=0)
+        self.free = free
+        self.calls = 0
+        self.waiting = threading.Event()
+        self.app = None
+        self.messages = self
+
+    def create(self, **request):
+        self.calls += 1
+        if self.calls > self.free:
+            self.waiting.set()
+            deadline = time.monotonic() + 60
+            while self.app is not None and self.app.is_running and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return self._offline.messages.create(**request)
