@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 from textual.widgets import OptionList
-from tui_helpers import SIZE, GateClient, SteadyTimer, wait_for
+from .tui_helpers import SIZE, GateClient, SteadyTimer, footer_ready, wait_for
 
 from dayflow_tui import loop
 from dayflow_tui.store import open_store
@@ -42,7 +42,7 @@ def _open_run(run_id: str):
         await pilot.press("enter")
         await wait_for(pilot, lambda: pilot.app.screen.query("#steps")
                        and pilot.app.screen.query_one("#steps", OptionList).option_count > 0)
-        await pilot.pause()
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
     return run_before
 
 
@@ -82,7 +82,7 @@ def test_resume_in_progress(snap_compare, tui_store):
         # Step 2 committed with its tool results, step 3's model call under way.
         await wait_for(pilot, lambda: gate.waiting.is_set() and len(screen.views) == 2
                        and screen.rows[-1].tool_results is not None and screen.query_one("#live").display)
-        await pilot.pause()
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 

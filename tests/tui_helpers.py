@@ -37,6 +37,11 @@ async def wait_for(pilot, condition, timeout: float = 30.0, step: float = 0.05) 
         await pilot.pause(step)
 
 
+def footer_ready(app) -> bool:
+    """The footer has drawn its keys (it rebuilds itself after a screen change)."""
+    return bool(app.screen.query("FooterKey"))
+
+
 class SteadyTimer:
     """Stands in for the loop's ``time`` module: every model call takes exactly 700 ms."""
 

@@ -196,7 +196,8 @@ class DayflowApp(App):
             self.report_error(event.worker.error)
         if event.worker.is_finished:
             for screen in self.screen_stack:
-                screen.refresh_bindings()
+                if isinstance(screen, bindings.SyncedBindings):
+                    screen.sync_bindings()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,3 +42,19 @@ SECTIONS = (
                              Binding("pageup,pagedown", "", "Page")]),
     ("Transcript", TRANSCRIPT),
 )
+
+
+class SyncedBindings:
+    """Mixin for screens whose actions enable and disable with the data (resume).
+
+    ``sync_bindings`` redraws the footer only when an action's availability
+    changed: a footer rebuilt on every live tick flickers and costs time.
+    """
+
+    DYNAMIC_ACTIONS: tuple[str, ...] = ()
+
+    def sync_bindings(self) -> None:
+        state = tuple(self.check_action(action, ()) for action in self.DYNAMIC_ACTIONS)
+        if state != getattr(self, "_binding_state", None):
+            self._binding_state = state
+            self.refresh_bindings()

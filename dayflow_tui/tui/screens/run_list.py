@@ -18,8 +18,9 @@ POLL_EVERY_S = 0.5
 FILTERS = (None, *formatting.STATUS_ORDER)
 
 
-class RunListScreen(Screen):
+class RunListScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.RUN_LIST
+    DYNAMIC_ACTIONS = ("resume", "open")
 
     def __init__(self) -> None:
         super().__init__(id="run-list")
@@ -75,7 +76,7 @@ class RunListScreen(Screen):
         count = f"{table.total:,} run{'s' if table.total != 1 else ''}"
         self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
         self._draw_header()
-        self.refresh_bindings()
+        self.sync_bindings()
 
     def poll(self) -> None:
         """Live tick: cheap marker check, then only the changed rows."""
@@ -87,7 +88,7 @@ class RunListScreen(Screen):
         if changed:
             self._show_state()
         else:
-            self.refresh_bindings()
+            self.sync_bindings()
 
     def run_changed(self, run_id: str) -> None:
         """The app says one of its workers committed to ``run_id``."""
@@ -104,7 +105,7 @@ class RunListScreen(Screen):
 
     @on(RunTable.Highlighted)
     def _highlighted(self) -> None:
-        self.refresh_bindings()
+        self.sync_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "resume":

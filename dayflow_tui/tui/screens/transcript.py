@@ -44,8 +44,9 @@ def step_prompt(view: StepView) -> Content:
     )
 
 
-class TranscriptScreen(Screen):
+class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
+    DYNAMIC_ACTIONS = ("resume",)
 
     def __init__(self, run_id: str) -> None:
         super().__init__(classes="transcript")
@@ -184,7 +185,7 @@ class TranscriptScreen(Screen):
                                                                else "Busy")
             button.label, button.disabled = Content(short), True
             button.tooltip = printable(f"Cannot resume: {blocker}")
-        self.refresh_bindings()
+        self.sync_bindings()
 
     def _draw_live(self) -> None:
         live = self.query_one("#live", Static)
