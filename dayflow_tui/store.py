@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import sqlite3
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -42,13 +43,18 @@ CHANGE_SLOTS = 16
 
 HOSTNAME = socket.gethostname()
 
-try:  # the optional extra "postgres"; its errors are mapped like the SQLite driver's
-    import psycopg
 
-    _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error)
-except ImportError:  # pragma: no cover - depends on the install
-    psycopg = None
-    _DRIVER_ERRORS = (sqlite3.Error,)
+
+def _is_driver_error(exc: BaseException) -> bool:
+    """A database driver's own exception (Peewee maps most, not every psycopg subclass).
+
+    psycopg is imported only when a PostgreSQL URL is opened, so a SQLite
+    command never pays for it.
+    """
+    if isinstance(exc, (peewee.PeeweeException, sqlite3.Error)):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
 
 
 def default_db_path() -> Path:
@@ -67,8 +73,10 @@ def _db_errors(method: Callable) -> Callable:
     def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except (peewee.PeeweeException, *_DRIVER_ERRORS) as exc:
-            raise StoreError(f"{self.label}: {_describe(exc)}") from exc
+        except Exception as exc:
+            if _is_driver_error(exc):
+                raise StoreError(f"{self.label}: {_describe(exc)}") from exc
+            raise
 
     return wrapper
 
@@ -698,8 +706,10 @@ def safe_url(url: str) -> str:
 
 
 def _postgres_database(url: str, label: str) -> PostgresqlDatabase:
-    if psycopg is None:
-        raise StoreError(f"{label}: PostgreSQL needs the psycopg driver: pip install 'dayflow-tui[postgres]'")
+    try:
+        import psycopg  # noqa: F401 - the optional extra "postgres"
+    except ImportError:
+        raise StoreError(f"{label}: PostgreSQL needs the psycopg driver: pip install 'dayflow-tui[postgres]'") from None
     given = {key for key, _value in parse_qsl(urlsplit(url).query)}
     extra: dict[str, Any] = {}
     if "connect_timeout" not in given:
@@ -742,7 +752,9 @@ def open_store(target: str | os.PathLike | None = None, *, create: bool = True) 
     except StoreError:
         store.close()
         raise
-    except (peewee.PeeweeException, *_DRIVER_ERRORS) as exc:
+    except Exception as exc:
+        if not _is_driver_error(exc):
+            raise
         store.close()
         raise StoreError(f"{label}: {_describe(exc)}") from exc
     return store
