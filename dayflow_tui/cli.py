@@ -114,6 +114,9 @@ def _open(args: argparse.Namespace, *, create: bool = True):
 def _print_step(event) -> None:
     if event.phase == "response":
         print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}")
+        if event.compacted_est_tokens is not None:
+            print(f"    (request compacted: ~{event.request_est_tokens:,} -> ~{event.compacted_est_tokens:,} "
+                  "estimated tokens)")
         for block in event.assistant:
             if block.get("type") == "tool_use":
                 print(f"    -> {printable(block.get('name'))}({printable(repr(block.get('input')))})")

@@ -53,6 +53,9 @@ class StepEvent:
     output_tokens: int
     run_input_tokens: int
     run_output_tokens: int
+    # The request's estimated size as built from history, and after compaction (None: not compacted).
+    request_est_tokens: int | None = None
+    compacted_est_tokens: int | None = None
 
 
 @dataclass
@@ -276,13 +279,14 @@ class _Driver:
                 self.store.append_step(run.id, step, lease=self.lease, final_status=status, final_text=text,
                                        final_error=error)
                 self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in,
-                                    tokens_out, spent_in, spent_out))
+                                    tokens_out, spent_in, spent_out, step.request_est_tokens,
+                                    step.compacted_est_tokens))
                 return self._result(status, text, n, spent_in, spent_out, replayed, error)
             # Commit the paid turn before any tool runs: a crash from here on loses no call.
             self.store.append_step(run.id, step, lease=self.lease)
             messages.append({"role": "assistant", "content": blocks})
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
-                                spent_in, spent_out))
+                                spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens))
             if step.tool_uses:
                 results = self.run_pending_tools(n, blocks, (spent_in, spent_out))
                 messages.append({"role": "user", "content": results})

@@ -184,6 +184,24 @@ def test_the_offline_model_finishes_under_compaction_and_writes_the_same_brief(t
     assert briefs[1] == briefs[0] and briefs[0].count("new: Follow up:") == 6
 
 
+def test_verbose_cli_says_which_requests_were_compacted(db_path):
+    env = {**os.environ, "DAYFLOW_OFFLINE_DELAY": "0"}
+    done = subprocess.run(dayflow_cmd("brief", "-v", "--compact-at", "1500", "--db", str(db_path)),
+                          capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    marked = [lines[i - 1].split("]")[0] + "]" for i, line in enumerate(lines)
+              if line.startswith("    (request compacted: ~")]
+    assert marked == ["[step 3]", "[step 4]"]
+    opened = open_store(db_path, create=False)
+    try:
+        [run] = opened.list_runs()
+        steps = opened.steps(run.id)
+        assert f"~{steps[2].request_est_tokens:,} -> ~{steps[2].compacted_est_tokens:,}" in done.stdout
+    finally:
+        opened.close()
+
+
 def test_every_compacted_request_of_a_run_passes_the_api_rules(store):
     result, _client = long_run(store, steps=25)
     history = store.rebuild_messages(result.run_id)
