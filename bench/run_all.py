@@ -31,7 +31,7 @@ ITEMS = {
     "4": ("bench.bench_startup", "start-up"),
     "5": ("bench.bench_dashboard", "dashboard"),
     "6": ("bench.bench_memory", "memory"),
-    "7": ("bench.bench_pg", "PostgreSQL"),
+    "7": ("bench.bench_postgres", "PostgreSQL"),
     "8": ("bench.bench_compaction", "compaction"),
 }
 
