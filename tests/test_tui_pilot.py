@@ -158,13 +158,13 @@ def _wait_db(condition, timeout=30.0):
         time.sleep(0.05)
 
 
-async def test_run_from_another_process_shows_up_without_input(db_path, store):
+async def test_run_from_another_process_shows_up_without_input(db_target, store):
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert _table(app).total == 0
         env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="0.4")
-        proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_path)), env=env,
+        proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_target)), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             await wait_for(pilot, lambda: _table(app).total == 1)
@@ -179,9 +179,9 @@ async def test_run_from_another_process_shows_up_without_input(db_path, store):
         assert proc.returncode == 0
 
 
-async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_path, store):
+async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_target, store):
     env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="4")  # slow enough to look at it while it is held
-    proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_path)), env=env,
+    proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_target)), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_db(lambda: store.list_runs() and store.list_runs()[0].step_count >= 1)

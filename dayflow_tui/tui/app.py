@@ -59,7 +59,7 @@ class DayflowApp(App):
         self.client_factory = client_factory
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
-        self.sub_title = Path(store.label).name
+        self.sub_title = store.label if "://" in store.label else Path(store.label).name
 
     def on_mount(self) -> None:
         self.push_screen(RunListScreen())

@@ -58,6 +58,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self.payloads_open = False
         self._marker: tuple | None = None
         self._shown: tuple | None = None
+        self._detail_shown: tuple | None = None
 
     @property
     def store(self):
@@ -73,7 +74,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         with Horizontal(id="body"):
             with Vertical(id="sidebar"):
                 yield Static(Content.styled("tokens per step", "dim"), id="chart-title")
-                yield Sparkline([0], id="token-chart")
+                yield Sparkline([], id="token-chart")
                 yield OptionList(id="steps")
             with Vertical(id="main"):
                 yield StepDetail(id="detail")
@@ -96,7 +97,6 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             return
         self._set_mode("detail")
         self.query_one("#steps", OptionList).focus()
-        self._show_selected()
         self.set_interval(POLL_EVERY_S, self.poll)
 
     # -- data --------------------------------------------------------------
@@ -122,6 +122,15 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     def _redraw(self, *, steps_changed: bool) -> None:
         run = self.run
         assert run is not None
+        self._draw_summary()
+        self.query_one("#task", Static).update(Content.assemble(("Task  ", "bold"), printable(run.user_msg)))
+        self._draw_resume_button()
+        self._draw_live()
+        if steps_changed or self._brief_changed():
+            self._draw_step_list()
+
+    def _draw_summary(self) -> None:
+        run = self.run
         status = effective_status(run)
         summary = Content.assemble(
             (printable(run.id), "bold"), "  ",
@@ -131,13 +140,6 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             "  ·  ", printable(run.model), f"  ·  {formatting.started(run.created_at)}",
         )
         self.query_one("#run-summary", Static).update(summary)
-        self.query_one("#task", Static).update(Content.assemble(("Task  ", "bold"), printable(run.user_msg)))
-        self._draw_resume_button()
-        self._draw_live()
-        if steps_changed:
-            self._draw_step_list()
-        elif self._brief_changed():
-            self._draw_step_list()
 
     def _brief_changed(self) -> bool:
         run = self.run
@@ -170,7 +172,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 target = len(options) - 1 if was_at_end else (highlighted or 0)
                 option_list.highlighted = min(target, len(options) - 1)
         self._brief_changed()
-        self.query_one("#token-chart", Sparkline).data = [v.input_tokens + v.output_tokens for v in self.views] or [0]
+        self.query_one("#token-chart", Sparkline).data = [v.input_tokens + v.output_tokens for v in self.views]
         self._show_selected()
 
     def _draw_resume_button(self) -> None:
@@ -181,7 +183,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             button.label, button.disabled = Content("Resume"), False
             button.tooltip = "Continue this run where it stopped (r)"
         else:
-            short = "Done" if blocker.startswith("done") else ("Resuming…" if blocker == "being driven here"
+            short = "Done" if blocker.startswith("done") else ("Running here" if blocker == "being driven here"
                                                                else "Busy")
             button.label, button.disabled = Content(short), True
             button.tooltip = printable(f"Cannot resume: {blocker}")
@@ -208,8 +210,9 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             marker = self.store.change_marker()
             if marker != self._marker:
                 self._load()
-            else:
-                self._draw_resume_button()  # an owner may have died without a commit
+            else:  # an owner may have died without a commit
+                self._draw_summary()
+                self._draw_resume_button()
                 self._draw_live()
         except DayflowError as exc:
             self.app.report_error(exc)
@@ -236,6 +239,18 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         run = self.run
         if run is None:
             return
+        # What the detail pane would show; rebuilding it for the same thing is wasted work (and flicker).
+        if index is not None and index < len(self.views):
+            view = self.views[index]
+            shown = ("step", view.n, view.raw_tool_results is not None, index == len(self.views) - 1,
+                     run.status, run.error)
+        else:
+            shown = ("end", index, len(self.views), run.status, bool(run.final_text), run.error)
+        if shown == self._detail_shown:
+            if self.mode == "raw":
+                self._fill_raw()
+            return
+        self._detail_shown = shown
         if index is None or not self._entries():
             detail.show_message("No steps yet. " + ("Press r to run it." if run.status == "queued" else ""))
         elif index >= len(self.views):

@@ -1,0 +1,87 @@
+"""Regenerate the README's screenshots by driving the real dashboard with Pilot.
+
+    .venv/bin/python screenshots/make_screenshots.py
+
+Builds a demo database with the real loop on the offline model (one run per
+status, a run with hostile content), then saves SVGs of the run list, a
+transcript and a resume in progress into this folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from dayflow_tui.offline import OfflineClient  # noqa: E402
+from dayflow_tui.store import open_store  # noqa: E402
+from dayflow_tui.tui import demo_data  # noqa: E402
+from dayflow_tui.tui.app import DayflowApp  # noqa: E402
+from dayflow_tui.tui.screens.transcript import TranscriptScreen  # noqa: E402
+from dayflow_tui.tui.widgets.run_table import RunTable  # noqa: E402
+
+SIZE = (120, 34)
+
+
+async def until(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit("the dashboard did not get there in time")
+        await pilot.pause(0.05)
+
+
+async def open_run(pilot, run_id: str) -> TranscriptScreen:
+    pilot.app.screen.query_one(RunTable).select_run(run_id)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.views)
+    await pilot.pause(0.3)
+    return pilot.app.screen
+
+
+def save(app, name: str) -> None:
+    app.save_screenshot(filename=name, path=str(HERE))
+    print(f"wrote screenshots/{name}")
+
+
+async def main() -> None:
+    os.environ["DAYFLOW_OFFLINE_DELAY"] = "0"
+    with tempfile.TemporaryDirectory(prefix="dayflow-shots-") as tmp:
+        store = open_store(Path(tmp) / "dayflow.db")
+        lease = demo_data.every_status(store)
+        demo_data.hostile_run(store, "run-hostile-1", demo_data.BASE_TIME + timedelta(minutes=5))
+        demo_data.done_run(store, "3bd67bee3b7f", demo_data.BASE_TIME + timedelta(minutes=55))
+        os.environ["DAYFLOW_FAKE_NOW"] = demo_data.SCREEN_TIME
+        # Slow enough that the resumed steps visibly arrive one by one.
+        app = DayflowApp(store, client_factory=lambda model: OfflineClient(delay=1.5))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.5)
+            save(app, "run-list.svg")
+
+            await open_run(pilot, "3bd67bee3b7f")
+            await pilot.press("j")
+            await pilot.pause(0.3)
+            save(app, "transcript.svg")
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+
+            screen = await open_run(pilot, "run-crash-001")
+            await pilot.press("r")
+            await until(pilot, lambda: len(screen.views) == 2 and screen.rows[-1].tool_results is not None)
+            await pilot.pause(0.3)
+            save(app, "resume.svg")
+            await until(pilot, lambda: not app.is_driving)
+            await pilot.press("q")
+        store.release(lease)
+        store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
