@@ -236,6 +236,14 @@ class Store:
     def is_postgres(self) -> bool:
         return isinstance(self.db, PostgresqlDatabase)
 
+    @property
+    def short_label(self) -> str:
+        """A title-sized name: the file name, or ``dbname@host`` (never a password)."""
+        if not self.is_postgres:
+            return Path(self.label).name
+        parts = urlsplit(self.label)
+        return f"{parts.path.lstrip('/') or 'postgres'}@{parts.hostname or 'localhost'}"
+
     @contextlib.contextmanager
     def _write_tx(self):
         if not self.is_postgres:

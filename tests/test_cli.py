@@ -19,36 +19,36 @@ def runs_json(db) -> list[dict]:
     return json.loads(dayflow("runs", "--json", db=db).stdout)
 
 
-def test_brief_crash_after_2_then_resume(db_path, tmp_path):
+def test_brief_crash_after_2_then_resume(db_target, tmp_path):
     log = tmp_path / "calls.log"
-    crashed = dayflow("brief", "-v", "--crash-after", "2", db=db_path, env={"DAYFLOW_CALL_LOG": str(log)})
+    crashed = dayflow("brief", "-v", "--crash-after", "2", db=db_target, env={"DAYFLOW_CALL_LOG": str(log)})
     assert crashed.returncode != 0
     assert "simulated crash after step 2" in crashed.stderr
     assert "[step 1] stop=tool_use" in crashed.stdout
     assert "    -> read_inbox({'limit': 20})" in crashed.stdout
-    [run] = runs_json(db_path)
+    [run] = runs_json(db_target)
     assert (run["status"], run["steps"]) == ("interrupted", 2)
     assert len(log.read_text().splitlines()) == 2
 
-    resumed = dayflow("resume", db=db_path, env={"DAYFLOW_CALL_LOG": str(log)})
+    resumed = dayflow("resume", db=db_target, env={"DAYFLOW_CALL_LOG": str(log)})
     assert resumed.returncode == 0, resumed.stderr
     assert (f"[resume {run['id']}] replaying 2 committed step(s), {run['input_tokens']} in / "
             f"{run['output_tokens']} out already spent") in resumed.stderr
-    [done] = runs_json(db_path)
+    [done] = runs_json(db_target)
     assert (done["id"], done["status"], done["steps"]) == (run["id"], "done", 3)
     assert f"[resumed {run['id']} · finished at step 3 · {done['input_tokens']} in / " in resumed.stderr
     assert "## Today" in resumed.stdout and "## One thing" in resumed.stdout
     assert len(log.read_text().splitlines()) == 3  # one paid call for the resume
 
-    again = dayflow("resume", run["id"], db=db_path, env={"DAYFLOW_CALL_LOG": str(log)})
+    again = dayflow("resume", run["id"], db=db_target, env={"DAYFLOW_CALL_LOG": str(log)})
     assert again.returncode == 0 and again.stdout == resumed.stdout  # the stored brief, no call
     assert len(log.read_text().splitlines()) == 3
 
-    tasks = json.loads(dayflow("tasks", "--json", db=db_path).stdout)
+    tasks = json.loads(dayflow("tasks", "--json", db=db_target).stdout)
     mine = [t for t in tasks if t["run_id"] == run["id"]]
     assert len(mine) == len({t["idempotency_key"] for t in mine}) == 6
 
-    show = dayflow("show", run["id"][:6], db=db_path)
+    show = dayflow("show", run["id"][:6], db=db_target)
     assert show.returncode == 0 and "step 3" in show.stdout and "create_task" in show.stdout
 
 

@@ -148,9 +148,9 @@ _CREATE_TASKS = textwrap.dedent("""
 """)
 
 
-def test_create_task_is_idempotent_across_processes(db_path):
-    open_store(db_path).close()
-    procs = [subprocess.Popen([sys.executable, "-c", _CREATE_TASKS, str(db_path)], stdout=subprocess.PIPE,
+def test_create_task_is_idempotent_across_processes(db_target):
+    open_store(db_target).close()
+    procs = [subprocess.Popen([sys.executable, "-c", _CREATE_TASKS, str(db_target)], stdout=subprocess.PIPE,
                               text=True) for _ in range(4)]
     outputs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
@@ -158,7 +158,7 @@ def test_create_task_is_idempotent_across_processes(db_path):
         ids = {out[i][0] for out in outputs}
         assert len(ids) == 1, f"key-{i} got several rows: {ids}"
         assert sum(out[i][1] for out in outputs) == 1, f"key-{i} reported created more than once"
-    store = open_store(db_path)
+    store = open_store(db_target)
     assert len([t for t in store.list_tasks() if t.idempotency_key.startswith("key-")]) == 40
 
 

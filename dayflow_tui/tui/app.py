@@ -59,7 +59,7 @@ class DayflowApp(App):
         self.client_factory = client_factory
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
-        self.sub_title = store.label if "://" in store.label else Path(store.label).name
+        self.sub_title = store.short_label
 
     def on_mount(self) -> None:
         self.push_screen(RunListScreen())
@@ -202,7 +202,8 @@ class DayflowApp(App):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
-    parser.add_argument("--db", metavar="PATH", help="database file (default: $DAYFLOW_DB or "
+    parser.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
+                        "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
     return parser
 
