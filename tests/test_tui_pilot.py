@@ -84,6 +84,40 @@ async def test_r_on_the_run_list_resumes_the_highlighted_run(store):
     assert client.calls == OFFLINE_STEPS - 1  # step 1 was committed before the failure
 
 
+async def test_r_on_a_budget_stopped_run_grants_the_same_allowance_again(store):
+    demo_data.budget_run(store, "run-budget-01", demo_data.BASE_TIME)  # stopped by --max-steps 1
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-budget-01").step_count == 2)
+        await wait_for(pilot, lambda: any(n.title == "Budget" for n in app._notifications))
+    run = store.get_run("run-budget-01")
+    # One more step allowed: step 2 is paid, then the step limit stops it again, resumable.
+    assert client.calls == 1 and run.step_count == 2 and run.status == "budget" and run.max_steps == 2
+
+
+async def test_the_mouse_selects_and_opens_runs_and_presses_resume(store):
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    demo_data.interrupted_run(store, "run-crash-001", demo_data.BASE_TIME.replace(hour=9))
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = _table(app)
+        assert table.current.id == "run-crash-001"
+        await pilot.click(RunTable, offset=(5, 1))
+        assert table.current.id == "run-done-0001"
+        await pilot.click(RunTable, offset=(5, 0))
+        await pilot.click(RunTable, offset=(5, 0), times=2)
+        await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen) and app.screen.run)
+        assert app.screen.run_id == "run-crash-001"
+        await pilot.click("#resume-button")
+        await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-crash-001").status == "done")
+    assert client.calls == OFFLINE_STEPS - 1
+
+
 async def test_done_run_has_nothing_to_resume(store):
     demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
     client = CountingClient()

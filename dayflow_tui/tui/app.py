@@ -45,6 +45,23 @@ def styles_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "styles"
 
 
+def renewed_limits(run: Run) -> dict[str, int]:
+    """A budget-stopped run resumes with another allowance the size of the one it used up.
+
+    Without it ``r`` would stop the run again at once (the CLI asks with
+    ``--budget``/``--max-steps``; the dashboard grants the same again).
+    """
+    limits: dict[str, int] = {}
+    if run.status != "budget":
+        return limits
+    if run.step_count >= run.max_steps:
+        limits["max_steps"] = run.step_count + run.max_steps
+    spent = run.input_tokens + run.output_tokens
+    if run.budget_tokens is not None and spent >= run.budget_tokens:
+        limits["budget_tokens"] = spent + run.budget_tokens
+    return limits
+
+
 class DayflowApp(App):
     """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
 
@@ -105,6 +122,11 @@ class DayflowApp(App):
         if blocker:
             self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
             return
+        limits = renewed_limits(run)
+        if limits:
+            granted = [f"{limits['max_steps'] - run.step_count} more steps" if "max_steps" in limits else "",
+                       f"{run.budget_tokens:,} more tokens" if "budget_tokens" in limits else ""]
+            self.notify(f"Run {run.id} continues with {' and '.join(g for g in granted if g)}.", title="Budget")
         self.driving = run.id
         self.drive_worker = self._drive(run.id)
 
@@ -138,7 +160,7 @@ class DayflowApp(App):
             else:
                 run = self.store.get_run(run_id)
                 client = self.client_factory(run.model) if self.client_factory else None
-                result = loop.resume(run.id, store=self.store, client=client, **options)
+                result = loop.resume(run.id, store=self.store, client=client, **renewed_limits(run), **options)
             buffer.flush()
             self.post_message(RunFinished(result))
         except (DayflowError, Exception) as exc:  # noqa: B014 (DayflowError first: the expected kind)
