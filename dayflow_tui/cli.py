@@ -197,7 +197,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
                  "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
-                 "output_tokens": r.output_tokens, "model": r.model, "error": r.error} for r in runs]
+                 "output_tokens": r.output_tokens, "model": r.model, "compact_at": r.compact_at,
+                 "error": r.error} for r in runs]
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
     if not runs:

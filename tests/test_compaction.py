@@ -507,6 +507,7 @@ def test_cli_compact_at_flag(tmp_path, db_path):
     stopped = run("brief", "--compact-at", "30000", "--max-steps", "1")
     assert stopped.returncode == 3
     runs = json.loads(run("runs", "--json").stdout)
+    assert runs[0]["compact_at"] == 30000
     from dayflow_tui.store import open_store
 
     opened = open_store(db_path, create=False)
