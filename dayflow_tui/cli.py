@@ -247,6 +247,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.delay is not None:
         os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
     store = _open(args)
+    # A long-lived worker loads the SDK (and the offline model, built on its types) before it
+    # says it is ready, not inside its first run.
+    from . import offline  # noqa: F401
+
     stop = threading.Event()
     # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -102,6 +102,9 @@ def validate(schema: dict, args: Any) -> None:
             raise ToolInputError(f"field {name!r} must not be empty")
         if "maxLength" in spec and len(value) > spec["maxLength"]:
             raise ToolInputError(f"field {name!r} is longer than {spec['maxLength']} characters")
+        if isinstance(value, str) and "\x00" in value:
+            # PostgreSQL text cannot hold NUL; refuse it on every backend alike, before any side effect.
+            raise ToolInputError(f"field {name!r} contains a NUL character")
         if spec.get("format") == "date":
             try:
                 if not _DATE.match(value):

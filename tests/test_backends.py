@@ -249,3 +249,14 @@ def test_claim_next_takes_orphans_first_and_leaves_live_stopped_and_finished_run
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_nul_in_a_tool_argument_is_an_error_result_on_both_backends(store):
+    from dayflow_tui.tools import ToolContext, run_tools
+
+    run = store.create_run("t", model="offline", run_id="nul000000000")
+    call = {"type": "tool_use", "id": "t1", "name": "create_task",
+            "input": {"title": "pay\x00rent", "idempotency_key": "mail-nul"}}
+    [result] = run_tools(ToolContext(store, run.id, clock.today()), [call])
+    assert result["is_error"] and "NUL" in result["content"]
+    assert store.list_tasks(run_id=run.id) == []
