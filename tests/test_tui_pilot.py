@@ -213,6 +213,23 @@ async def test_run_from_another_process_shows_up_without_input(db_target, store)
         assert proc.returncode == 0
 
 
+async def test_an_old_run_changed_elsewhere_is_not_counted_as_new(db_target, store):
+    demo_data.interrupted_run(store, "run-old-0001", demo_data.BASE_TIME.replace(year=2025))
+    demo_data.many_runs(store, 450)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = _table(app)
+        assert table.total == 451 and "run-old-0001" not in [r.id for r in table.rows]  # beyond the window
+        done = subprocess.run(dayflow_cmd("resume", "run-old-0001", "--db", str(db_target)),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        await wait_for(pilot, lambda: table._marker == store.change_marker())  # the tick has seen it
+        assert table.total == 451
+        await pilot.press("end")
+        assert table.current.id == "run-old-0001" and table.current.status == "done"
+
+
 async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_target, store):
     env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="4")  # slow enough to look at it while it is held
     proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_target)), env=env,

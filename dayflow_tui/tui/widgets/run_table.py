@@ -212,14 +212,16 @@ class RunTable(ScrollView, can_focus=True):
             if position is not None:
                 self.rows[position] = run
                 continue
-            # A run we have not seen: inside the loaded window -> slot it in; older -> paging finds it.
+            # Not loaded. Every run newer than the last loaded row is loaded, so one that sorts there
+            # is new: slot it in. An older one is not loaded yet (paging will fetch it as it is now).
             key = _key(run)
             if self._exhausted or not self.rows or key > _key(self.rows[-1]):
                 slot = next((i for i, row in enumerate(self.rows) if _key(row) < key), len(self.rows))
                 self.rows.insert(slot, run)
                 self._reindex()
                 inserted += 1
-            self.total += 1
+        if inserted:
+            self.total = len(self.rows) if self._exhausted else self.store.count_runs()
         if inserted or changed:
             at_top = self.scroll_offset.y == 0
             self._resize()
