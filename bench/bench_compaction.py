@@ -141,7 +141,9 @@ def measure() -> dict:
             found["sweep"][threshold] = requests
             if threshold == HEADLINE_THRESHOLD:
                 found["tasks"] = len(tasks)
-                found["compacted_steps"] = sum(1 for r in requests if isinstance(r["messages"][0]["content"], list))
+                # A compacted request has the summary as a second user turn right after the task.
+                found["compacted_steps"] = sum(1 for r in requests
+                                               if len(r["messages"]) > 1 and r["messages"][1]["role"] == "user")
     return found
 
 

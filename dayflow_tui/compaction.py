@@ -8,17 +8,17 @@ database keeps every step in full.
 
 Shape of the result (all decisions below are tested in tests/test_compaction.py):
 
-- In: ``[task] [a1][u1] ... [aN][uN]``; out: ``[task + summary] [the last keep_last pairs]``.
+- In: ``[task] [a1][u1] ... [aN][uN]``; out: ``[task] [summary] [the last keep_last pairs]``.
 - A *pair* is one step: an assistant turn and, when it called tools, the
   user turn that answers it. A trailing assistant turn without results (an
   end_turn or pause_turn step) is a pair on its own, so ``keep_last=1``
   keeps exactly that turn.
-- The summary is merged into the task's user turn as extra text blocks after
-  the task, instead of being a second user turn in a row: the request then
-  alternates roles strictly and every kept assistant turn follows a user
-  turn. The task's own bytes are not changed: a task given as blocks keeps
-  those very blocks first; a task given as a string becomes one text block
-  holding that same string, which the API reads exactly like the string form.
+- The task is the very same message object, not one byte changed, and the
+  summary is a user turn of its own right after it. Two user turns in a row
+  are valid: the API merges consecutive user turns into one, and the merged
+  turn holds only text (the task, then the summary), so no tool_result rule
+  is affected; the first kept pair then starts with an assistant turn, as
+  the roles require.
 - The summary's first block starts with ``Earlier in this run (compacted):``;
   then one text block per summarised step. A step's block depends only on
   that step, so as a run grows the summary of request k is a prefix of the
@@ -82,8 +82,7 @@ def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int =
     summary = [{"type": "text", "text": SUMMARY_HEADER}]
     summary += [{"type": "text", "text": summarise_step(n, pair)} for n, pair in enumerate(old, start=1)]
     summary[-1] = {**summary[-1], "cache_control": dict(_CACHE_BREAKPOINT)}
-    head = {**task, "content": _as_blocks(task["content"]) + summary}
-    compacted = [head] + [message for pair in kept for message in pair]
+    compacted = [task, {"role": "user", "content": summary}] + [message for pair in kept for message in pair]
     if estimate_tokens(compacted) >= size:
         return messages
     return compacted
@@ -226,7 +225,7 @@ def summarised_calls(messages: list[dict]) -> list[SummarisedCall]:
     The reading side of ``summarise_step``: a model that only sees the
     request (the offline model) uses it to know what was done before.
     """
-    content = messages[0].get("content") if messages else None
+    content = messages[1].get("content") if len(messages) > 1 and messages[1].get("role") == "user" else None
     if not isinstance(content, list):
         return []
     texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]

@@ -1,8 +1,8 @@
 """The Messages API's structural rules for a request's ``messages``, as the tests hold them.
 
-Our own statement of what the API rejects (plus strict alternation, which
-the API does not need but compaction promises), so a request can be checked
-without a network. ``problems`` returns every broken rule; tests assert it is
+Our own statement of what the API rejects, so a request can be checked
+without a network. Consecutive user turns are merged first, as the API does;
+every rule is then checked on the merged list, which must alternate roles. ``problems`` returns every broken rule; tests assert it is
 empty, and test it against requests known to be broken.
 """
 
@@ -17,10 +17,28 @@ def _blocks(content: Any) -> list[dict]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
 
+def merge_user_turns(messages: list[dict]) -> list[dict]:
+    """Consecutive user turns as one turn, their blocks in order (what the API does with them)."""
+    merged: list[dict] = []
+    for message in messages:
+        if merged and message.get("role") == "user" and merged[-1].get("role") == "user":
+            merged[-1] = {"role": "user", "content": _blocks(merged[-1]["content"]) + _blocks(message["content"])}
+        else:
+            merged.append(message)
+    return merged
+
+
 def problems(messages: Any) -> list[str]:
     found: list[str] = []
     if not isinstance(messages, list) or not messages:
         return ["messages must be a non-empty list"]
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not (isinstance(content, str) and content) and not (isinstance(content, list) and content):
+            found.append(f"message {i}: empty content")
+    if found:
+        return found
+    messages = merge_user_turns(messages)
     if messages[0].get("role") != "user":
         found.append("the first message must be a user turn")
     seen_tool_ids: set[str] = set()

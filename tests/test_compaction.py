@@ -37,8 +37,8 @@ def long_run(store, steps: int = long_run_model.STEPS, **options):
 
 
 def summary_blocks(compacted: list[dict]) -> list[dict]:
-    head = compacted[0]["content"]
-    return head[1:]  # after the task's one block
+    assert compacted[1]["role"] == "user"
+    return compacted[1]["content"]  # the summary turn right after the task
 
 
 def summary_text(compacted: list[dict]) -> str:
@@ -79,14 +79,12 @@ def test_task_and_last_pairs_are_untouched_byte_for_byte(store, keep_last):
     before = copy.deepcopy(history)
     out = compact(history, keep_last=keep_last, threshold_tokens=0)
     assert history == before  # the input is not modified
-    # Rule 1: the task's text is the same bytes; the kept pairs are the same bytes.
-    assert out[0]["role"] == "user"
-    assert out[0]["content"][0] == {"type": "text", "text": history[0]["content"]}
-    assert out[0]["content"][0]["text"].encode() == history[0]["content"].encode()
-    assert b(out[1:]) == b(history[-2 * keep_last:])
-    assert [m["role"] for m in out] == ["user"] + ["assistant", "user"] * keep_last
-    # Rule 2: the summary follows the task in the same user turn and starts with the label.
-    assert out[0]["content"][1]["text"].startswith(SUMMARY_PREFIX)
+    # Rule 1: the task and the kept pairs are the same bytes.
+    assert out[0] is history[0] and b(out[0]) == b(before[0])
+    assert b(out[2:]) == b(history[-2 * keep_last:])
+    assert [m["role"] for m in out] == ["user", "user"] + ["assistant", "user"] * keep_last
+    # Rule 2: the summary is a user turn of its own that starts with the label.
+    assert out[1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
     assert len(summary_blocks(out)) == 1 + len(pairs_of(history)) - keep_last
     assert problems(out) == []
 
@@ -101,9 +99,9 @@ def test_a_task_given_as_blocks_keeps_those_blocks_first():
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{step}",
                                           "content": json.dumps({"ok": True, "count": 8, "pad": "x" * 2000})}]}]
     out = compact(history, threshold_tokens=0)
-    assert b(out[0]["content"][:2]) == b(task["content"])
-    assert out[0]["content"][2]["text"].startswith(SUMMARY_PREFIX)
-    assert b(out[1:]) == b(history[-2:])
+    assert out[0] is task and b(out[0]["content"]) == b(task["content"])
+    assert out[1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
+    assert b(out[2:]) == b(history[-2:])
     assert problems(out) == []
 
 
@@ -224,11 +222,14 @@ def test_the_validator_catches_what_the_api_rejects():
     task = {"role": "user", "content": "task"}
     good = [task, {"role": "assistant", "content": [call]}, {"role": "user", "content": [answer]}]
     assert problems(good) == []
+    assert problems([task, {"role": "user", "content": "more"}]) == []  # the API merges consecutive user turns
     broken = {
         "orphan tool_use": good[:2],
         "result answers nothing": [task, {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
                                    {"role": "user", "content": [answer]}],
-        "two user turns": [task, {"role": "user", "content": "more"}],
+        "two assistant turns": [task, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}],
+        "merged turn puts a result after text": [*good[:2], {"role": "user", "content": "note"},
+                                                 {"role": "user", "content": [answer]}],
         "starts with assistant": good[1:],
         "result not first": [*good[:2], {"role": "user", "content": [{"type": "text", "text": "x"}, answer]}],
         "wrong id": [*good[:2], {"role": "user", "content": [{**answer, "tool_use_id": "t2"}]}],
@@ -247,11 +248,11 @@ def test_a_trailing_end_turn_step_counts_as_a_pair_of_its_own(store):
     pairs = pairs_of(history)
     assert len(pairs) == 10 and len(pairs[-1]) == 1
     one = compact(history, keep_last=1, threshold_tokens=0)
-    assert b(one[1:]) == b(history[-1:])
+    assert b(one[2:]) == b(history[-1:])
     assert len(summary_blocks(one)) == 1 + 9
     two = compact(history, keep_last=2, threshold_tokens=0)
-    assert b(two[1:]) == b(history[-3:])
-    assert [m["role"] for m in two] == ["user", "assistant", "user", "assistant"]
+    assert b(two[2:]) == b(history[-3:])
+    assert [m["role"] for m in two] == ["user", "user", "assistant", "user", "assistant"]
     assert len(summary_blocks(two)) == 1 + 8
     assert problems(one) == problems(two) == []
 
@@ -274,7 +275,7 @@ def test_thinking_in_kept_turns_goes_back_byte_for_byte_and_old_thinking_is_drop
     history = _thinking_history(8)
     out = compact(history, keep_last=2, threshold_tokens=0)
     assert problems(out) == []
-    assert b(out[1:]) == b(history[-4:])  # signatures and redacted data untouched
+    assert b(out[2:]) == b(history[-4:])  # signatures and redacted data untouched
     assert out[-2]["content"][0]["type"] == "thinking"  # the latest turn still starts with its thinking
     sent = json.dumps(out)
     for n in range(1, 7):  # summarised steps: no thinking text, signature or data survives, nothing is edited
@@ -282,7 +283,7 @@ def test_thinking_in_kept_turns_goes_back_byte_for_byte_and_old_thinking_is_drop
         assert f"Reading, step {n}." in summary_text(out)
     for n in (7, 8):
         assert f"secret reasoning {n}" in sent and f"opaque-{n}" in sent
-    assert not any(blk["type"] in ("thinking", "redacted_thinking") for blk in out[0]["content"])
+    assert not any(blk["type"] in ("thinking", "redacted_thinking") for blk in out[1]["content"])
 
 
 def test_a_steps_summary_depends_only_on_that_step_so_the_prefix_stays_cacheable(store):
@@ -290,10 +291,10 @@ def test_a_steps_summary_depends_only_on_that_step_so_the_prefix_stays_cacheable
     history = store.rebuild_messages(result.run_id)[:-1]
     earlier = compact(history[:-2], threshold_tokens=0)
     later = compact(history, threshold_tokens=0)
-    strip = [{k: v for k, v in blk.items() if k != "cache_control"} for blk in earlier[0]["content"]]
-    assert later[0]["content"][: len(strip)] == strip
+    strip = [{k: v for k, v in blk.items() if k != "cache_control"} for blk in earlier[1]["content"]]
+    assert later[1]["content"][: len(strip)] == strip
     marked = [blk for m in later for blk in m["content"] if isinstance(blk, dict) and "cache_control" in blk]
-    assert marked == [later[0]["content"][-1]]
+    assert marked == [later[1]["content"][-1]]
 
 
 def test_compaction_never_makes_a_request_bigger():
@@ -330,7 +331,7 @@ def test_a_run_with_compaction_sends_compacted_requests_and_stores_every_step_in
         if step.request_est_tokens > THRESHOLD:
             compacted += 1
             assert step.compacted_est_tokens == estimate_tokens(request["messages"]) < step.request_est_tokens
-            assert request["messages"][0]["content"][1]["text"].startswith(SUMMARY_PREFIX)
+            assert request["messages"][1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
         else:
             assert step.compacted_est_tokens is None
             assert request["messages"] == stored_history
@@ -441,8 +442,8 @@ def test_cli_run_with_compaction_crashed_and_resumed_makes_the_same_calls_as_one
         assert "replaying 17 committed step(s)" in second.stderr
     assert straight.calls == crashed.calls == 40
     assert crashed.requests == straight.requests  # the same 40 bodies, byte for byte as JSON
-    compacted_requests = [r for r in straight.requests if isinstance(r["messages"][0]["content"], list)
-                          and r["messages"][0]["content"][1]["text"].startswith(SUMMARY_PREFIX)]
+    compacted_requests = [r for r in straight.requests if len(r["messages"]) > 1 and r["messages"][1]["role"] == "user"
+                          and r["messages"][1]["content"][0]["text"].startswith(SUMMARY_PREFIX)]
     assert len(compacted_requests) >= 25 and all(problems(r["messages"]) == [] for r in straight.requests)
     assert _outcome(tmp_path / "crashed.db") == _outcome(tmp_path / "straight.db")
     assert done.stdout == second.stdout and "Errors met: invalid_input, unknown_tool" in done.stdout

@@ -44,6 +44,6 @@ async def test_next_request_toggle_shows_the_compacted_request_and_both_estimate
         await wait_for(pilot, lambda: screen.query_one("#request", TextArea).text != "")
         shown = json.loads(screen.query_one("#request", TextArea).text)
         assert shown == json.loads(json.dumps(preview.messages))
-        assert shown[0]["content"][1]["text"].startswith(SUMMARY_PREFIX)
+        assert shown[1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
         title = str(screen.query_one("#request-title").render())
         assert f"~{preview.est_before:,} tokens from history, compacted to ~{preview.est_after:,} tokens" in title
