@@ -17,6 +17,7 @@ from . import clock
 from .compaction import compact
 from .errors import DayflowError, ModelCallFailed, RunBusy
 from .store import Lease, Store, StepRecord, step_blocks
+from .testhook import pause_point
 from .tokens import estimate_tokens
 from .tools import TOOL_SCHEMAS, ToolContext, run_tools
 
@@ -259,6 +260,7 @@ class _Driver:
                 self.client = make_client(run.model)
             started = time.monotonic()
             self.calls += 1
+            pause_point("api")
             try:
                 response = _call_model(self.client, request)
             except ModelCallFailed as exc:

@@ -30,6 +30,7 @@ from . import clock
 from .errors import RunBusy, RunNotFound, StoreError
 from .models import MODELS, POSTGRES_MODELS, ChangeCounter, Run, Step, StoreMeta, Task, database_proxy
 from .sample_data import SEED_TASKS
+from .testhook import pause_point
 
 SCHEMA_VERSION = 1
 FINISHED = ("done",)
@@ -496,6 +497,8 @@ class Store:
             self.db.execute_sql(insert_sql, insert_params)
             if self.db.execute_sql(update_sql, update_params).rowcount != 1:
                 raise RunBusy(f"run {run_id} was taken over by another process")
+            pause_point("commit")
+        pause_point("committed")
 
     @_db_errors
     def set_tool_results(self, run_id: str, n: int, results: list[dict], *, lease: Lease | None = None) -> None:
@@ -506,6 +509,8 @@ class Store:
             if updated != 1:
                 raise StoreError(f"run {run_id} step {n}: tool results already recorded")
             self._set_run(run_id, lease)
+            pause_point("commit")
+        pause_point("committed")
 
     @_db_errors
     def steps(self, run_id: str, *, from_n: int | None = None) -> list[Step]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from . import sample_data
 from .store import Store
+from .testhook import pause_point
 
 TOOL_SCHEMAS: list[dict] = [
     {
@@ -180,6 +181,7 @@ def run_tools(ctx: ToolContext, assistant_blocks: list[dict]) -> list[dict]:
     for block in assistant_blocks:
         if block.get("type") != "tool_use":
             continue
+        pause_point("tools")
         payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
         result = {"type": "tool_result", "tool_use_id": block["id"],
                   "content": json.dumps(payload, ensure_ascii=False)}

@@ -1,0 +1,371 @@
+"""Kill real ``dayflow`` processes at seeded random moments, resume, and check what survived.
+
+One *trial* is one run: ``dayflow brief`` is SIGKILLed at a random moment,
+sometimes the ``dayflow resume`` that follows is killed too, then a last
+``resume`` must finish the same run. Between processes the database is read
+(read-only, with plain sqlite3: an independent reader) and checked.
+
+Where a kill lands is read from the ``DAYFLOW_TEST_TRACE`` file the process
+appends its phases to (``dayflow_tui/testhook.py``); ``DAYFLOW_TEST_PAUSE_IN``
+widens the commit and tool windows so kills land there too.
+
+Calls are counted outside the process: the offline model's
+``DAYFLOW_CALL_LOG`` lines, or the loopback stub's request counter for the
+real SDK. A process's *lost calls* are the calls it made minus the steps it
+committed; a killed process may lose at most the one call in flight, a
+process that ran to its end none.
+
+Seeded: ``random.Random(f"{seed}:{index}")`` picks every delay, pause and
+kill moment of trial ``index``, so a seed replays the same schedule (where
+a kill lands can still shift a little with machine load).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+from api_stub import STUB_MODEL, ApiStub
+from conftest import dayflow_cmd
+
+from dayflow_tui import sample_data
+from dayflow_tui.offline import asks_for_action
+
+PHASE_NAMES = {
+    "api": "waiting on the API",
+    "tools": "running tools",
+    "commit": "committing",
+    "committed": "just after a commit",
+    "startup": "starting up (before any phase)",
+}
+PROCESS_TIMEOUT_S = 120.0
+
+
+def expected_task_keys(today: date) -> set[str]:
+    """The follow-up tasks a finished run must have created: one per mail asking for something."""
+    return {f"mail-{m['id']}" for m in sample_data.inbox(today) if asks_for_action(m)}
+
+
+@dataclass
+class Kill:
+    process: str  # "brief" or "resume"
+    phase: str  # a PHASE_NAMES key
+    lost_calls: int
+
+
+@dataclass
+class TrialResult:
+    index: int
+    backend: str
+    run_id: str | None = None
+    kills: list[Kill] = field(default_factory=list)
+    calls: int = 0
+    steps: int = 0
+    processes: int = 0
+    misses: int = 0  # planned kills that found the process already finished
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def lost_calls(self) -> int:
+        return sum(k.lost_calls for k in self.kills)
+
+
+@dataclass
+class DbState:
+    runs: list[dict]
+    steps: list[dict]
+    tasks: list[dict]
+
+
+def read_db(path: Path) -> DbState:
+    """Everything in the database, read through a separate read-only connection."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    try:
+        runs = [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY created_at")]
+        steps = [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY run_id, n")]
+        tasks = [dict(r) for r in conn.execute("SELECT * FROM tasks ORDER BY id")]
+    finally:
+        conn.close()
+    return DbState(runs, steps, tasks)
+
+
+def check_invariants(state: DbState, run_id: str, expected_keys: set[str]) -> list[str]:
+    """What must hold after any kill: no gap, totals add up, every answered tool_use has one result."""
+    problems = []
+    runs = [r for r in state.runs if r["id"] == run_id]
+    if len(state.runs) != 1 or not runs:
+        return [f"expected exactly run {run_id}, found {[r['id'] for r in state.runs]}"]
+    run = runs[0]
+    steps = [s for s in state.steps if s["run_id"] == run_id]
+    numbers = [s["n"] for s in steps]
+    if numbers != list(range(1, len(steps) + 1)):
+        problems.append(f"step numbers {numbers} are not 1..{len(steps)}")
+    for column, step_column in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                                ("cache_creation_tokens", "cache_creation_input_tokens"),
+                                ("cache_read_tokens", "cache_read_input_tokens")):
+        total = sum(s[step_column] for s in steps)
+        if run[column] != total:
+            problems.append(f"run {column}={run[column]} but its steps sum to {total}")
+    if run["step_count"] != len(steps):
+        problems.append(f"run step_count={run['step_count']} but {len(steps)} step rows")
+    for i, step in enumerate(steps):
+        uses = [b for b in json.loads(step["assistant"]) if b.get("type") == "tool_use"]
+        if uses and step["tool_results"] is None and i != len(steps) - 1:
+            problems.append(f"step {step['n']} has tool_use but no results and is not the last step")
+        if step["tool_results"] is not None:
+            answered = [r["tool_use_id"] for r in json.loads(step["tool_results"])]
+            if sorted(answered) != sorted(u["id"] for u in uses):
+                problems.append(f"step {step['n']}: results {answered} do not match its tool_use ids")
+    agent_tasks = [t for t in state.tasks if not t["idempotency_key"].startswith("seed-")]
+    keys = [t["idempotency_key"] for t in agent_tasks]
+    if len(keys) != len(set(keys)) or len({t["title"] for t in agent_tasks}) != len(agent_tasks):
+        problems.append(f"duplicated task: {sorted(keys)}")
+    if not set(keys) <= expected_keys:
+        problems.append(f"unexpected tasks {sorted(set(keys) - expected_keys)}")
+    return problems
+
+
+class Trial:
+    """One run, killed and resumed until done. ``backend`` is ``offline`` or ``sdk`` (real SDK, loopback stub)."""
+
+    def __init__(self, index: int, seed: int, backend: str, workdir: Path, *, resume_kill_chance: float = 0.25):
+        self.index = index
+        self.backend = backend
+        self.rng = random.Random(f"{seed}:{index}")
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.db = workdir / "dayflow.db"
+        self.call_log = workdir / "calls.log"
+        self.trace = workdir / "trace.log"
+        self.result = TrialResult(index, backend)
+        self.resume_kill_chance = resume_kill_chance
+        # The seeded schedule: model latency, commit and per-tool pauses.
+        self.delay = round(self.rng.uniform(0.08, 0.2), 3)
+        self.commit_pause = round(self.rng.uniform(0.04, 0.12), 3)
+        self.tools_pause = round(self.rng.uniform(0.02, 0.05), 3)
+        self.stub: ApiStub | None = None
+        self.committed_assistant: dict[int, str] = {}
+
+    # -- processes -------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ANTHROPIC_", "DAYFLOW_")) and k != "PYTEST_CURRENT_TEST"}
+        env.update(DAYFLOW_DB=str(self.db), DAYFLOW_TEST_TRACE=str(self.trace),
+                   DAYFLOW_TEST_PAUSE_IN=f"commit:{self.commit_pause},tools:{self.tools_pause}")
+        if self.backend == "offline":
+            env.update(DAYFLOW_OFFLINE_DELAY=str(self.delay), DAYFLOW_CALL_LOG=str(self.call_log))
+        else:
+            env.update(self.stub.env())
+        return env
+
+    def calls_so_far(self) -> int:
+        if self.backend == "sdk":
+            return self.stub.count
+        return len(self.call_log.read_text().splitlines()) if self.call_log.exists() else 0
+
+    def trace_lines(self) -> list[str]:
+        return self.trace.read_text().split() if self.trace.exists() else []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        self.result.processes += 1
+        out = open(self.workdir / f"p{self.result.processes}.out", "wb")
+        err = open(self.workdir / f"p{self.result.processes}.err", "wb")
+        with out, err:
+            return subprocess.Popen(dayflow_cmd(*args), env=self.env(), stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL)
+
+    def output(self, stream: str) -> str:
+        return (self.workdir / f"p{self.result.processes}.{stream}").read_text(errors="replace")
+
+    def wait_for(self, proc: subprocess.Popen, ready, timeout: float = PROCESS_TIMEOUT_S) -> bool:
+        """Poll until ``ready()``; False when the process ended first."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                return ready()
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"trial {self.index}: process never got ready")
+            time.sleep(0.005)
+        return True
+
+    def kill_after(self, proc: subprocess.Popen, seconds: float, process: str, trace_before: int,
+                   calls_before: int, steps_before: int) -> None:
+        time.sleep(seconds)
+        if proc.poll() is not None:
+            self.result.misses += 1
+            self.after_clean_exit(proc, process, calls_before, steps_before)
+            return
+        trace = self.trace_lines()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=PROCESS_TIMEOUT_S)
+        phase = trace[-1] if len(trace) > trace_before else "startup"
+        state = self.inspect()
+        steps_after = self.step_count(state)
+        lost = self.calls_so_far() - calls_before - (steps_after - steps_before)
+        self.result.kills.append(Kill(process, phase, lost))
+        if not 0 <= lost <= 1:
+            self.result.problems.append(f"{process} killed while {phase}: lost {lost} calls (at most 1 allowed)")
+        if phase not in ("api", "commit") and lost != 0:
+            self.result.problems.append(f"{process} killed {PHASE_NAMES[phase]} lost {lost} call(s); "
+                                        "only a call in flight or a response being committed may be lost")
+
+    def after_clean_exit(self, proc: subprocess.Popen, process: str, calls_before: int, steps_before: int) -> None:
+        state = self.inspect()
+        lost = self.calls_so_far() - calls_before - (self.step_count(state) - steps_before)
+        if lost != 0:
+            self.result.problems.append(f"{process} ended by itself (exit {proc.returncode}) but lost {lost} call(s)")
+
+    # -- database --------------------------------------------------------
+
+    def step_count(self, state: DbState) -> int:
+        return sum(1 for s in state.steps if s["run_id"] == self.result.run_id)
+
+    def inspect(self) -> DbState:
+        state = read_db(self.db)
+        if self.result.run_id is None and state.runs:
+            self.result.run_id = state.runs[0]["id"]
+        if self.result.run_id is not None:
+            self.result.problems += check_invariants(state, self.result.run_id, expected_task_keys(date.today()))
+        for step in state.steps:
+            before = self.committed_assistant.setdefault(step["n"], step["assistant"])
+            if before != step["assistant"]:
+                self.result.problems.append(f"committed step {step['n']} was rewritten")
+        return state
+
+    def run_status(self) -> str | None:
+        state = read_db(self.db)
+        return next((r["status"] for r in state.runs if r["id"] == self.result.run_id), None)
+
+    # -- the trial -------------------------------------------------------
+
+    # The offline model's run: step 1 calls 4 read tools, step 2 creates 6 tasks, step 3 writes the brief.
+    TOOLS_PER_STEP = {1: 4, 2: 6, 3: 0}
+
+    def remaining_work(self, state: DbState | None) -> dict[str, int]:
+        """How many times each phase is still to come in this run (from what is committed)."""
+        steps = [s for s in (state.steps if state else []) if s["run_id"] == self.result.run_id]
+        pending = 0
+        if steps and steps[-1]["tool_results"] is None:
+            pending = sum(1 for b in json.loads(steps[-1]["assistant"]) if b.get("type") == "tool_use")
+        calls = 3 - len(steps)
+        future_tools = sum(self.TOOLS_PER_STEP[n] for n in range(len(steps) + 1, 4))
+        return {"api": calls, "commit": 2 * calls - 1 + (1 if pending else 0), "tools": pending + future_tools}
+
+    def min_remaining_s(self, work: dict[str, int]) -> float:
+        """A lower bound on how long the rest of the run takes: its sleeps alone."""
+        return work["api"] * self.delay + work["commit"] * self.commit_pause + work["tools"] * self.tools_pause
+
+    def plan_kill(self, work: dict[str, int]) -> tuple[str, int, float]:
+        """(phase to aim at, which occurrence of it, seconds into it); phase "anywhere" means from the first marker."""
+        windows = {"api": self.delay, "commit": self.commit_pause, "tools": self.tools_pause}
+        targets = [p for p in windows if work[p] > 0 and windows[p] > 0] + ["anywhere"]
+        target = self.rng.choice(targets)
+        if target == "anywhere":
+            return target, 1, self.rng.uniform(0, 0.95 * self.min_remaining_s(work))
+        return target, self.rng.randint(1, work[target]), self.rng.uniform(0, 0.9 * windows[target])
+
+    def aim_and_kill(self, proc: subprocess.Popen, process: str, state: DbState | None) -> None:
+        steps_before = self.step_count(state) if state else 0
+        calls_before, trace_before = self.calls_so_far(), len(self.trace_lines())
+        target, nth, seconds = self.plan_kill(self.remaining_work(state))
+
+        def reached() -> bool:
+            new = self.trace_lines()[trace_before:]
+            return len(new) >= 1 if target == "anywhere" else new.count(target) >= nth
+
+        if not self.wait_for(proc, reached):
+            self.result.misses += 1
+            self.after_clean_exit(proc, process, calls_before, steps_before)
+            return
+        self.kill_after(proc, seconds, process, trace_before, calls_before, steps_before)
+
+    def model_args(self) -> list[str]:
+        return ["--model", STUB_MODEL] if self.backend == "sdk" else []
+
+    def run(self) -> TrialResult:
+        if self.backend == "sdk":
+            with ApiStub(delay=self.delay) as self.stub:
+                self._run()
+        else:
+            self._run()
+        return self.result
+
+    def _run(self) -> None:
+        # 1. brief, killed at a seeded moment once it is working (a phase it aims at, or anywhere).
+        proc = self.start("brief", "-v", *self.model_args())
+        self.aim_and_kill(proc, "brief", None)
+        if self.result.run_id is None:
+            self.result.problems.append(f"the brief left no run: {self.output('err')[-300:]}")
+            return
+        # 2. sometimes a resume, killed too: either from its very start (import, claim, pending
+        #    tools) or at a seeded moment once it is working.
+        if self.run_status() != "done" and self.rng.random() < self.resume_kill_chance:
+            state = read_db(self.db)
+            trace_before, calls_before = len(self.trace_lines()), self.calls_so_far()
+            proc = self.start("resume", self.result.run_id)
+            if self.rng.random() < 0.4:
+                self.kill_after(proc, self.rng.uniform(0, 2.5), "resume", trace_before, calls_before,
+                                self.step_count(state))
+            else:
+                self.aim_and_kill(proc, "resume", state)
+        # 3. the last resume must finish the same run and pay only for what is missing.
+        steps_before = self.step_count(read_db(self.db))
+        calls_before = self.calls_so_far()
+        proc = self.start("resume", self.result.run_id)
+        try:
+            proc.wait(timeout=PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.result.problems.append("the final resume hung")
+            return
+        if proc.returncode != 0:
+            self.result.problems.append(f"final resume exit {proc.returncode}: {self.output('err')[-300:]}")
+        if "## Today" not in self.output("out"):
+            self.result.problems.append("the final resume printed no brief")
+        self.after_clean_exit(proc, "final resume", calls_before, steps_before)
+        state = self.inspect()
+        run = next(r for r in state.runs if r["id"] == self.result.run_id)
+        keys = {t["idempotency_key"] for t in state.tasks if t["run_id"] == self.result.run_id}
+        missing = expected_task_keys(date.today()) - keys
+        if run["status"] != "done":
+            self.result.problems.append(f"run ended {run['status']}: {run['error']}")
+        if missing:
+            self.result.problems.append(f"tasks missing: {sorted(missing)}")
+        self.result.steps = self.step_count(state)
+        self.result.calls = self.calls_so_far()
+        if self.result.steps != 3:
+            self.result.problems.append(f"the run took {self.result.steps} steps, the offline model needs 3")
+        if not 0 <= self.result.calls - self.result.steps <= len(self.result.kills):
+            self.result.problems.append(f"{self.result.calls} calls for {self.result.steps} steps "
+                                        f"with {len(self.result.kills)} kill(s)")
+
+
+def summarise(results: list[TrialResult]) -> dict:
+    """The figures docs/reliability.md reports."""
+    by_phase = Counter(k.phase for r in results for k in r.kills)
+    return {
+        "trials": len(results),
+        "by_backend": dict(Counter(r.backend for r in results)),
+        "processes": sum(r.processes for r in results),
+        "kills": sum(len(r.kills) for r in results),
+        "kills_in_resume": sum(1 for r in results for k in r.kills if k.process == "resume"),
+        "kills_by_phase": {PHASE_NAMES[p]: by_phase.get(p, 0) for p in PHASE_NAMES},
+        "lost_calls_by_phase": {PHASE_NAMES[p]: sum(k.lost_calls for r in results for k in r.kills if k.phase == p)
+                                for p in PHASE_NAMES},
+        "missed_kills": sum(r.misses for r in results),
+        "calls": sum(r.calls for r in results),
+        "steps": sum(r.steps for r in results),
+        "lost_calls": sum(r.lost_calls for r in results),
+    }
