@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from api_stub import STUB_MODEL, ApiStub
-from conftest import dayflow_cmd
-
 from dayflow_tui import sample_data
 from dayflow_tui.offline import asks_for_action
+
+from .conftest import dayflow_cmd
+from .loopback_api import LoopbackAPI
+
+STUB_MODEL = "claude-loopback-1"  # any non-offline name: the real SDK is used
 
 PHASE_NAMES = {
     "api": "waiting on the API",
@@ -153,7 +155,7 @@ class Trial:
         self.delay = round(self.rng.uniform(0.08, 0.2), 3)
         self.commit_pause = round(self.rng.uniform(0.04, 0.12), 3)
         self.tools_pause = round(self.rng.uniform(0.02, 0.05), 3)
-        self.stub: ApiStub | None = None
+        self.stub: LoopbackAPI | None = None
         self.committed_assistant: dict[int, str] = {}
 
     # -- processes -------------------------------------------------------
@@ -171,7 +173,7 @@ class Trial:
 
     def calls_so_far(self) -> int:
         if self.backend == "sdk":
-            return self.stub.count
+            return self.stub.calls
         return len(self.call_log.read_text().splitlines()) if self.call_log.exists() else 0
 
     def trace_lines(self) -> list[str]:
@@ -296,7 +298,7 @@ class Trial:
 
     def run(self) -> TrialResult:
         if self.backend == "sdk":
-            with ApiStub(delay=self.delay) as self.stub:
+            with LoopbackAPI(delay=self.delay) as self.stub:
                 self._run()
         else:
             self._run()

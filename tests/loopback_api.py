@@ -4,6 +4,12 @@ The real ``anthropic.Anthropic`` client talks to it over a socket, so the
 SDK's own request building, response parsing and retries are exercised.
 Answers come from the offline model's logic and are sent as raw JSON with
 exactly the fields a server sends. Every request body is recorded.
+
+Crash and failure tests shape the traffic: ``delay`` holds every answer
+(a slow model, so a client can be killed while it waits), and a plan entry
+can be an error (``error_reply``), a hand-written message
+(``message_reply``), a dropped connection (``drop``) or a hang past the
+client's timeout (``hang``). A client killed mid-request is expected.
 """
 
 from __future__ import annotations
@@ -18,9 +24,48 @@ from dayflow_tui.offline import OfflineClient
 # A reply plan entry: (status, headers, body dict) returned instead of a model answer.
 Reply = tuple[int, dict, dict]
 
+FAKE_KEY = "sk-ant-test-0123456789abcdef-LOOPBACK-SECRET"
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+def error_reply(status: int, message: str = "loopback error", headers: dict | None = None) -> Reply:
+    """An HTTP error in the API's error shape."""
+    body = {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
+    return status, headers or {}, body
+
+
+def message_reply(content: list[dict], stop_reason: str | None = "end_turn") -> Callable:
+    """A hand-written assistant message instead of the offline model's answer."""
+
+    def plan(handler, body: dict) -> Reply:
+        return 200, {}, {"id": "msg_loopback_scripted", "type": "message", "role": "assistant",
+                         "model": body.get("model", "claude-loopback"), "content": content,
+                         "stop_reason": stop_reason, "stop_sequence": None,
+                         "usage": {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0,
+                                   "cache_read_input_tokens": 0}}
+
+    return plan
+
+
+def drop(handler, body: dict) -> None:
+    """Read the request, then close the connection without a word."""
+    handler.close_connection = True
+
+
+def hang(seconds: float) -> Callable:
+    """Say nothing for ``seconds`` (beyond the client's timeout), then close."""
+
+    def plan(handler, body: dict) -> None:
+        handler.server.stopping.wait(seconds)
+        handler.close_connection = True
+
+    return plan
+
 
 class LoopbackAPI:
-    def __init__(self, *, extra_block_fields: dict | None = None):
+    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+        self.delay = delay
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.planned: dict[int, Reply | Callable] = {}
@@ -29,6 +74,8 @@ class LoopbackAPI:
         self._lock = threading.Lock()
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.server.stopping = threading.Event()  # wakes delays and hangs at shutdown
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -44,7 +91,12 @@ class LoopbackAPI:
         self.thread.start()
         return self
 
+    def env(self, key: str = FAKE_KEY) -> dict[str, str]:
+        """Environment entries that point a ``dayflow`` process's real SDK at this server."""
+        return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": key}
+
     def __exit__(self, *exc) -> None:
+        self.server.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -63,6 +115,12 @@ class LoopbackAPI:
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed mid-request: crash tests do that
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length))
@@ -71,6 +129,8 @@ class LoopbackAPI:
                     api.headers.append({k.lower(): v for k, v in self.headers.items()})
                     number = len(api.requests)
                     planned = api.planned.get(number)
+                if api.delay:
+                    api.server.stopping.wait(api.delay)
                 if callable(planned):
                     planned = planned(self, body)
                     if planned is None:

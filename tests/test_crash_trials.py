@@ -16,7 +16,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from crash_harness import Trial, summarise
+from .crash_harness import Trial, summarise
 
 SDK_SHARE = 0.3  # of the trials, how many drive the real SDK against the loopback stub
 
