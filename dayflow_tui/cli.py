@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Sequence
 
 from .errors import DayflowError
-from .safe_text import one_line, printable
+from .safe_text import one_line, printable, printable_json
 
 
 def _positive_int(text: str) -> int:
@@ -111,6 +110,11 @@ def _open(args: argparse.Namespace, *, create: bool = True):
     return open_store(args.db, create=create)
 
 
+def _open_for_listing(args: argparse.Namespace):
+    """A named database (``--db``, ``$DAYFLOW_DB``) must exist, so a typo is not a new empty file."""
+    return _open(args, create=not (args.db or os.environ.get("DAYFLOW_DB")))
+
+
 def _print_step(event) -> None:
     if event.phase == "response":
         print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}")
@@ -192,14 +196,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from .store import effective_status
 
-    store = _open(args, create=False) if args.db or os.environ.get("DAYFLOW_DB") else _open(args)
+    store = _open_for_listing(args)
     runs = store.list_runs(limit=args.limit, status=[args.status] if args.status else None)
     if args.json:
         rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
                  "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
                  "output_tokens": r.output_tokens, "model": r.model, "compact_at": r.compact_at,
                  "error": r.error} for r in runs]
-        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        print(printable_json(rows))
         return 0
     if not runs:
         print("no runs yet; start one with: dayflow brief", file=sys.stderr)
@@ -213,12 +217,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    store = _open(args)
+    store = _open_for_listing(args)
     tasks = store.list_tasks(include_done=args.all)
     if args.json:
-        print(json.dumps([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
-                           "idempotency_key": t.idempotency_key, "run_id": t.run_id} for t in tasks],
-                         indent=2, ensure_ascii=False))
+        print(printable_json([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
+                           "idempotency_key": t.idempotency_key, "run_id": t.run_id} for t in tasks]))
         return 0
     for t in tasks:
         mark = "x" if t.done else " "

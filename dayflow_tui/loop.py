@@ -9,6 +9,7 @@ through the ``on_step`` callback.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -142,11 +143,29 @@ def make_client(model: str) -> Any:
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise DayflowError(f"model {model!r} needs ANTHROPIC_API_KEY in the environment "
                            f"(or use --model {OFFLINE_MODEL})")
+    options = _sdk_options()
     import anthropic
 
     # The key is read from the environment by the SDK and never stored by us;
     # ANTHROPIC_BASE_URL is honoured by the SDK too.
-    return anthropic.Anthropic()
+    return anthropic.Anthropic(**options)
+
+
+def _sdk_options() -> dict:
+    """``DAYFLOW_API_MAX_RETRIES`` and ``DAYFLOW_API_TIMEOUT`` (seconds) tune the SDK's own retries and timeout."""
+    options: dict[str, Any] = {}
+    for name, key, kind in (("DAYFLOW_API_MAX_RETRIES", "max_retries", int), ("DAYFLOW_API_TIMEOUT", "timeout", float)):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise DayflowError(f"{name} must be a number of {'retries' if kind is int else 'seconds'}, got {raw!r}")
+        options[key] = value
+    return options
 
 
 def redact(text: str) -> str:
@@ -175,17 +194,36 @@ def wire_blocks(response: Any) -> list[dict]:
     add ``caller: null`` and friends, which the API rejects when re-sent);
     thinking and redacted_thinking blocks keep their signatures and data.
     """
-    return [block.to_dict(mode="json") if hasattr(block, "to_dict") else dict(block)
-            for block in (response.content or [])]
+    blocks = [block.to_dict(mode="json") if hasattr(block, "to_dict") else dict(block)
+              for block in (getattr(response, "content", None) or [])]
+    return _mend_surrogates(blocks)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _mend_surrogates(value: Any) -> Any:
+    """Lone surrogates (a JSON ``\\udcff`` escape: bytes that were never UTF-8) become U+FFFD.
+
+    They cannot be stored as UTF-8 text, printed or sent back; left in, the
+    paid response could never be committed and every resume would fail on it.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_mend_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_mend_surrogates(k): _mend_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _usage(response: Any) -> tuple[int, int, int, int]:
-    usage = response.usage
-    uncached = usage.input_tokens or 0
+    usage = getattr(response, "usage", None)
+    uncached = getattr(usage, "input_tokens", None) or 0
     cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
     cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
     # input_tokens means the whole input of the call: uncached + cache writes + cache reads.
-    return uncached + cache_write + cache_read, usage.output_tokens or 0, cache_write, cache_read
+    return uncached + cache_write + cache_read, getattr(usage, "output_tokens", None) or 0, cache_write, cache_read
 
 
 def _call_model(client: Any, request: dict) -> Any:
@@ -233,10 +271,11 @@ class _Driver:
         if self.on_step is not None:
             self.on_step(event)
 
-    def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int]) -> list[dict]:
-        results = run_tools(self.ctx, assistant)
+    def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
+                          stop_reason: str | None) -> list[dict]:
+        results = run_tools(self.ctx, assistant, cut_off=stop_reason == "max_tokens")
         self.store.set_tool_results(self.run.id, n, results, lease=self.lease)
-        self.emit(StepEvent(self.run.id, n, "tools", "tool_use", assistant, results, 0, 0, *spent))
+        self.emit(StepEvent(self.run.id, n, "tools", stop_reason, assistant, results, 0, 0, *spent))
         return results
 
     def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
@@ -290,7 +329,7 @@ class _Driver:
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens))
             if step.tool_uses:
-                results = self.run_pending_tools(n, blocks, (spent_in, spent_out))
+                results = self.run_pending_tools(n, blocks, (spent_in, spent_out), step.stop_reason)
                 messages.append({"role": "user", "content": results})
             if self.crash_after_step == n:
                 raise SystemExit(f"simulated crash after step {n}")
@@ -373,6 +412,7 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
     if lease is None:
+        store.check_history(run.id)  # a damaged row is refused before anything is written
         lease = store.claim(run.id)
     if budget_tokens is not None or max_steps is not None or compact_at is not None:
         store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
@@ -402,7 +442,7 @@ def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> Ru
             if last.tool_results is None and any(b.get("type") == "tool_use" for b in assistant):
                 # Crashed while tools ran: the paid response is stored, so run the
                 # tools (side effects are idempotent by key) and make no new call.
-                driver.run_pending_tools(last.n, assistant, (spent_in, spent_out))
+                driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
                 steps = store.replay_steps(run_id)
         messages = store.rebuild_messages(run_id, steps)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,

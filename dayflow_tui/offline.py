@@ -68,7 +68,8 @@ def _tool_results(messages: list[dict]) -> list[tuple[str, dict, dict]]:
             continue
         for block in content:
             if block.get("type") == "tool_use":
-                calls[block["id"]] = (block["name"], block.get("input") or {})
+                args = block.get("input")
+                calls[block["id"]] = (block["name"], args if isinstance(args, dict) else {})
             elif block.get("type") == "tool_result" and block.get("tool_use_id") in calls:
                 name, args = calls[block["tool_use_id"]]
                 raw = block.get("content")

@@ -9,15 +9,22 @@ separate matter: callers render through ``rich.text.Text`` or
 
 from __future__ import annotations
 
+import json
 import re
 
-# C0 controls except tab and newline, DEL, and C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls except tab and newline, DEL, C1 controls, and lone surrogates
+# (undecodable bytes: a terminal cannot be sent them at all).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: object) -> str:
     """``text`` with every terminal control character shown as an escape."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return _CONTROL.sub(_escape, str(text))
 
 
 def one_line(text: object, width: int) -> str:
@@ -25,3 +32,14 @@ def one_line(text: object, width: int) -> str:
     line = printable(text).replace("\t", " ")
     line = line.split("\n", 1)[0]
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+# What json.dumps(ensure_ascii=False) leaves raw but a terminal may act on (DEL, C1 controls
+# such as the one-byte CSI) or cannot be written at all (lone surrogates).
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
+
+
+def printable_json(value: object, *, indent: int | None = 2) -> str:
+    """``value`` as JSON for a terminal or a script: readable UTF-8, every control character escaped."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

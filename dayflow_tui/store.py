@@ -84,16 +84,49 @@ def _db_errors(method: Callable) -> Callable:
 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if len(text) > 300:  # SQLite quotes whole values in some messages (an undecodable row)
+        text = text[:299] + "…"
     low = text.lower()
     if "file is not a database" in low or "malformed" in low:
         return f"not a readable Dayflow database ({text})"
     if "readonly" in low or "read-only" in low:
         return f"database is read-only ({text})"
     if "disk is full" in low or "disk i/o" in low:
-        return f"cannot write: {text}"
+        return f"cannot write: {text} (is the disk full?)"
     if "unable to open" in low:
-        return f"cannot open database file ({text})"
+        return (f"cannot open database file ({text}); the file and its directory must be writable "
+                "(SQLite keeps -wal and -shm files beside it)")
     return text
+
+
+class _ReportCause:
+    """A transaction that reports why a write failed, not the ROLLBACK that failed after it.
+
+    On a full disk or an I/O error SQLite has already rolled the transaction
+    back itself; Peewee's ROLLBACK then fails with "no transaction is active",
+    which would hide the cause from the user.
+    """
+
+    def __init__(self, transaction: Any):
+        self.transaction = transaction
+
+    def __enter__(self) -> Any:
+        return self.transaction.__enter__()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            return self.transaction.__exit__(exc_type, exc, tb)
+        except (peewee.OperationalError, sqlite3.OperationalError) as failure:
+            if "no transaction is active" not in str(failure):
+                raise
+            if exc is not None:
+                return False  # let the body's own error through
+            cause = failure.__context__  # the COMMIT's error, behind the failed ROLLBACK
+            while cause is not None and "no transaction is active" in str(cause):
+                cause = cause.__context__
+            if cause is None:
+                raise
+            raise cause from None
 
 
 @dataclass
@@ -250,7 +283,7 @@ class Store:
         if not self.is_postgres:
             # BEGIN IMMEDIATE takes the write lock up front, so two writers queue on
             # the busy timeout instead of failing when a read upgrades to a write.
-            with self.db.atomic("IMMEDIATE"):
+            with _ReportCause(self.db.atomic("IMMEDIATE")):
                 yield
             return
         # PostgreSQL: READ COMMITTED (pinned at open); row locks order the writers.
@@ -529,6 +562,28 @@ class Store:
         return list(Step.select(Step.run, Step.n, Step.stop_reason, Step.assistant, Step.tool_results,
                                 Step.input_tokens, Step.output_tokens)
                     .where(Step.run == run_id).order_by(Step.n))
+
+    @_db_errors
+    def check_history(self, run_id: str) -> None:
+        """Raise ``StoreError`` naming the first step whose stored blocks cannot be read.
+
+        A resume checks before it claims the run, so a damaged row is refused
+        with nothing written. On SQLite the check runs in SQL (``json_valid``):
+        a 10,000-step history is not decoded twice.
+        """
+        if self.is_postgres:
+            for step in self.replay_steps(run_id):
+                step_blocks(step, "assistant"), step_blocks(step, "tool_results")
+            return
+        sql = ("SELECT n FROM steps WHERE run_id = ? AND NOT ("
+               "CASE WHEN json_valid(assistant) THEN json_type(assistant) ELSE '' END = 'array' AND "
+               "(tool_results IS NULL OR CASE WHEN json_valid(tool_results) THEN json_type(tool_results) ELSE '' END "
+               "= 'array')) ORDER BY n LIMIT 1")
+        bad = self.db.execute_sql(sql, (run_id,)).fetchone()
+        if bad is not None:
+            step = Step.get((Step.run == run_id) & (Step.n == bad[0]))
+            step_blocks(step, "assistant"), step_blocks(step, "tool_results")
+            raise StoreError(f"run {run_id} step {bad[0]}: stored blocks cannot be read")
 
     @_db_errors
     def step_count(self, run_id: str) -> int:

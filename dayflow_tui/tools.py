@@ -165,7 +165,7 @@ def _error(code: str, message: str) -> dict:
 
 def run_tool(ctx: ToolContext, name: str, args: Any) -> tuple[dict, bool]:
     """Execute one tool call. Returns ``(payload, is_error)``; never raises for bad input."""
-    schema = SCHEMAS_BY_NAME.get(name)
+    schema = SCHEMAS_BY_NAME.get(name) if isinstance(name, str) else None
     if schema is None:
         return _error("unknown_tool", f"no tool named {name!r}; available: {', '.join(SCHEMAS_BY_NAME)}"), True
     try:
@@ -175,15 +175,23 @@ def run_tool(ctx: ToolContext, name: str, args: Any) -> tuple[dict, bool]:
     return _IMPLEMENTATIONS[name](ctx, **args), False
 
 
-def run_tools(ctx: ToolContext, assistant_blocks: list[dict]) -> list[dict]:
-    """One tool_result per tool_use, ids matched, in order: the next user turn."""
+def run_tools(ctx: ToolContext, assistant_blocks: list[dict], *, cut_off: bool = False) -> list[dict]:
+    """One tool_result per tool_use, ids matched, in order: the next user turn.
+
+    ``cut_off``: the response stopped at max_tokens, so its tool calls may be
+    incomplete (an input cut short can still look valid); none of them runs.
+    """
     results = []
     for block in assistant_blocks:
         if block.get("type") != "tool_use":
             continue
         pause_point("tools")
-        payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
-        result = {"type": "tool_result", "tool_use_id": block["id"],
+        if cut_off:
+            payload, is_error = _error("cut_off", "the response hit max_tokens inside this call, so it was "
+                                       "not run; send the call again, complete"), True
+        else:
+            payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
+        result = {"type": "tool_result", "tool_use_id": block.get("id"),
                   "content": json.dumps(payload, ensure_ascii=False)}
         if is_error:
             result["is_error"] = True
