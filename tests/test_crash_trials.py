@@ -22,6 +22,7 @@ SDK_SHARE = 0.3  # of the trials, how many drive the real SDK against the loopba
 
 
 # CPU-bound (each process imports the SDK): about 2 minutes on 2 idle cores; room for a busy machine.
+@pytest.mark.slow  # runs by default; `-m "not slow"` skips it for a quick loop
 @pytest.mark.timeout(1200)
 def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys):
     seed = int(os.environ.get("DAYFLOW_CRASH_SEED") or random.SystemRandom().randrange(10**6))

@@ -23,7 +23,7 @@ from .crash_harness import check_invariants, expected_task_keys, read_db
 from .reliability_helpers import call_count, cli_env, dayflow, text
 from .tui_helpers import TUI_BIN
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 
 class Dashboard:

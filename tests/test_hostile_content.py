@@ -115,3 +115,36 @@ def test_a_hostile_mail_subject_reaches_tasks_and_transcript_literally(tmp_path,
     shown = assert_shown_literally(dayflow("show", result.run_id, db=db, env=cli_env(COLUMNS="300")),
                                    "[bold red]PWNED", WORLD)
     assert "\\x1b]0;pwned-title" in shown
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_dashboard_shows_the_same_run_literally_and_stays_up(hostile_db, anyio_backend):
+    """The dashboard's own markup tests use a built fixture; this one opens what the real CLI wrote:
+    a 1 MB tool input, a 20,000-character line, C1 controls and a mended undecodable byte."""
+    from dayflow_tui.store import open_store
+    from dayflow_tui.tui.app import DayflowApp
+    from dayflow_tui.tui.screens.transcript import TranscriptScreen
+    from dayflow_tui.tui.widgets.run_table import RunTable
+
+    from .tui_helpers import screen_text, wait_for
+
+    db, _brief = hostile_db
+    store = open_store(db)
+    try:
+        app = DayflowApp(store)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await wait_for(pilot, lambda: app.screen.query(RunTable) and app.screen.query_one(RunTable).total == 1)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen) and app.screen.run)
+            seen = []
+            for keys in ((), ("e",), ("j",), ("G",), ("v",)):
+                await pilot.press(*keys)
+                await pilot.pause(0.3)
+                seen.append(screen_text(app))
+            assert app.is_running
+        shown = "\n".join(seen)
+        assert "[bold red]PWNED[/bold red]" in shown and "\\x9b31mC1" in shown and "📅" in shown
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
+    finally:
+        store.close()
