@@ -110,9 +110,9 @@ def test_claims_racing_from_many_processes_have_one_winner_per_run(db_path):
 
 
 def test_a_reader_sees_every_commit_while_a_cli_process_writes(db_path, tmp_path):
-    # Each commit is followed by >= 0.4 s of model or tool time: a reader polling every
+    # Each commit is followed by >= 0.5 s of model or tool time: a reader polling every
     # 20 ms must see every intermediate state, and must never be told the database is locked.
-    env = cli_env(DAYFLOW_OFFLINE_DELAY="0.5", DAYFLOW_TEST_PAUSE_IN="tools:0.1")
+    env = cli_env(DAYFLOW_OFFLINE_DELAY="0.5", DAYFLOW_TEST_PAUSE_IN="tools:0.2")
     writer = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_path)), env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     cli_reads: list[subprocess.CompletedProcess] = []
