@@ -20,7 +20,7 @@ from .errors import DayflowError, ModelCallFailed, RunBusy
 from .store import Lease, Store, StepRecord, step_blocks
 from .testhook import pause_point
 from .tokens import estimate_tokens
-from .tools import TOOL_SCHEMAS, ToolContext, run_tools
+from .tools import TOOL_SCHEMAS, ToolContext, cut_off_results, run_tools
 
 DEFAULT_API_MODEL = "claude-sonnet-5-5"
 OFFLINE_MODEL = "offline"
@@ -273,7 +273,8 @@ class _Driver:
 
     def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
                           stop_reason: str | None) -> list[dict]:
-        results = run_tools(self.ctx, assistant, cut_off=stop_reason == "max_tokens")
+        # A response cut off at max_tokens may hold half-written calls: answer them, run none.
+        results = cut_off_results(assistant) if stop_reason == "max_tokens" else run_tools(self.ctx, assistant)
         self.store.set_tool_results(self.run.id, n, results, lease=self.lease)
         self.emit(StepEvent(self.run.id, n, "tools", stop_reason, assistant, results, 0, 0, *spent))
         return results

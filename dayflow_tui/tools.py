@@ -175,25 +175,32 @@ def run_tool(ctx: ToolContext, name: str, args: Any) -> tuple[dict, bool]:
     return _IMPLEMENTATIONS[name](ctx, **args), False
 
 
-def run_tools(ctx: ToolContext, assistant_blocks: list[dict], *, cut_off: bool = False) -> list[dict]:
-    """One tool_result per tool_use, ids matched, in order: the next user turn.
-
-    ``cut_off``: the response stopped at max_tokens, so its tool calls may be
-    incomplete (an input cut short can still look valid); none of them runs.
-    """
+def run_tools(ctx: ToolContext, assistant_blocks: list[dict]) -> list[dict]:
+    """One tool_result per tool_use, ids matched, in order: the next user turn."""
     results = []
     for block in assistant_blocks:
         if block.get("type") != "tool_use":
             continue
         pause_point("tools")
-        if cut_off:
-            payload, is_error = _error("cut_off", "the response hit max_tokens inside this call, so it was "
-                                       "not run; send the call again, complete"), True
-        else:
-            payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
-        result = {"type": "tool_result", "tool_use_id": block.get("id"),
-                  "content": json.dumps(payload, ensure_ascii=False)}
-        if is_error:
-            result["is_error"] = True
-        results.append(result)
+        payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
+        results.append(_result(block, payload, is_error))
     return results
+
+
+def cut_off_results(assistant_blocks: list[dict]) -> list[dict]:
+    """Answers for the tool calls of a response that stopped at max_tokens: none of them runs.
+
+    A call cut short can still look valid (a truncated title passes the
+    schema), so running it could make a wrong side effect.
+    """
+    payload = _error("cut_off", "the response hit max_tokens inside this call, so it was not run; "
+                     "send the call again, complete")
+    return [_result(block, payload, True) for block in assistant_blocks if block.get("type") == "tool_use"]
+
+
+def _result(block: dict, payload: dict, is_error: bool) -> dict:
+    result = {"type": "tool_result", "tool_use_id": block.get("id"),
+              "content": json.dumps(payload, ensure_ascii=False)}
+    if is_error:
+        result["is_error"] = True
+    return result
