@@ -13,6 +13,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, OptionList, Sparkline, Static, TextArea
 from textual.widgets.option_list import Option
@@ -221,6 +222,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         if run_id == self.run_id and self.is_mounted:
             try:
                 self._load()
+            except NoMatches:
+                pass  # the screen is being composed or dismissed: its next mount reads the run afresh
             except DayflowError as exc:
                 self.app.report_error(exc)
 
