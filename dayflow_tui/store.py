@@ -42,8 +42,9 @@ HEARTBEAT_EVERY_S = 10.0
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
 
-HOSTNAME = socket.gethostname()
-
+# The owner's host in a lease. Set DAYFLOW_HOSTNAME where host names repeat (containers on several
+# machines): two hosts with one name would judge each other's pids as local ones.
+HOSTNAME = os.environ.get("DAYFLOW_HOSTNAME") or socket.gethostname()
 
 
 def _is_driver_error(exc: BaseException) -> bool:
@@ -59,10 +60,10 @@ def _is_driver_error(exc: BaseException) -> bool:
 
 
 def default_db_path() -> Path:
-    """``$DAYFLOW_DB``, else ``$XDG_DATA_HOME/dayflow/dayflow.db`` (``~/.local/share`` by default)."""
-    env = os.environ.get("DAYFLOW_DB")
-    if env:
-        return Path(env).expanduser()
+    """The default file, ``$XDG_DATA_HOME/dayflow/dayflow.db`` (``~/.local/share`` by default).
+
+    ``$DAYFLOW_DB`` (a path or a URL) takes precedence in ``open_store``.
+    """
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "dayflow" / "dayflow.db"
 
@@ -468,6 +469,9 @@ class Store:
                                           Run.lease_token.is_null() | Run.heartbeat_at.is_null()
                                           | (Run.heartbeat_at < cutoff) | (Run.owner_host == HOSTNAME))
                        .order_by(Run.created_at, Run.id))
+            if self.is_postgres:
+                # A locked row is being written by someone right now: not an orphan, and not worth waiting for.
+                orphans = orphans.for_update(skip_locked=True)
             for run in orphans:
                 if run.lease_token is not None and owner_alive(run, stale_after):
                     continue
@@ -527,9 +531,11 @@ class Store:
         insert_sql, insert_params = _insert_statement(self.db, Step, row)
         update_sql, update_params = _add_step_to_run_statement(self.db, run_id, added, values, lease)
         with self._write_tx():
-            self.db.execute_sql(insert_sql, insert_params)
+            # The lease-checked run update first: a driver that lost its run is told so (RunBusy),
+            # not that the new owner already committed this step number.
             if self.db.execute_sql(update_sql, update_params).rowcount != 1:
                 raise RunBusy(f"run {run_id} was taken over by another process")
+            self.db.execute_sql(insert_sql, insert_params)
             pause_point("commit")
         pause_point("committed")
 
@@ -773,6 +779,23 @@ def safe_url(url: str) -> str:
         return url.split("://", 1)[0] + "://***"
 
 
+class _DayflowPostgres(PostgresqlDatabase):
+    """PostgreSQL with one session setting Dayflow relies on.
+
+    Dayflow never keeps a transaction open across a model call, so a session
+    idle inside a transaction for a minute is a stalled client (paused, cut
+    off): the server ends it and its row locks go, instead of a run's lease
+    being stuck behind them.
+    """
+
+    idle_in_transaction_timeout = "60s"
+
+    def _initialize_connection(self, conn) -> None:
+        super()._initialize_connection(conn)
+        if "idle_in_transaction_session_timeout" not in self.database:
+            conn.execute(f"SET idle_in_transaction_session_timeout = '{self.idle_in_transaction_timeout}'")
+
+
 def _postgres_database(url: str, label: str) -> PostgresqlDatabase:
     try:
         import psycopg  # noqa: F401 - the optional extra "postgres"
@@ -787,7 +810,7 @@ def _postgres_database(url: str, label: str) -> PostgresqlDatabase:
     # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
     # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
     # READ COMMITTED, so that is pinned whatever the server's default.
-    return PostgresqlDatabase(url, prefer_psycopg3=True, isolation_level="READ COMMITTED", **extra)
+    return _DayflowPostgres(url, prefer_psycopg3=True, isolation_level="READ COMMITTED", **extra)
 
 
 def open_store(target: str | os.PathLike | None = None, *, create: bool = True) -> Store:

@@ -151,3 +151,49 @@ def test_four_workers_one_killed_every_run_finishes_once(db_target, tmp_path):
     keys = [t.idempotency_key for t in Task.select() if t.idempotency_key.startswith("mail-")]
     assert len(keys) == len(set(keys)) == ACTION_MAILS  # no task created twice across 40 runs
     store.close()
+
+
+def test_a_paused_worker_on_another_host_loses_its_run_and_commits_nothing_more(db_target, tmp_path):
+    """Host A stalls mid-run (SIGSTOP) past the stale time; host B takes the run over and finishes it.
+
+    When A wakes, its paid response cannot be committed (its lease token is gone): it stops, and the
+    run has exactly one of each step.
+    """
+    log = tmp_path / "calls.log"
+    run_id = dayflow("brief", "--queue", db=db_target).stdout.strip()
+    base = {**os.environ, "DAYFLOW_CALL_LOG": str(log)}
+    host_a = subprocess.Popen(dayflow_cmd("worker", "--once", "--db", db_target), stdin=subprocess.DEVNULL,
+                              env={**base, "DAYFLOW_HOSTNAME": "host-a", "DAYFLOW_OFFLINE_DELAY": "1.5"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = open_store(db_target)
+    try:
+        deadline = time.monotonic() + 60
+        # Step 1's tool results committed: A is now inside call 2 (1.5 s), with no transaction open.
+        while not (steps := store.steps(run_id)) or steps[0].tool_results is None:
+            assert time.monotonic() < deadline and host_a.poll() is None
+            time.sleep(0.02)
+        host_a.send_signal(signal.SIGSTOP)  # mid-call 2: no heartbeat, no commit, not dead
+        assert store.get_run(run_id).owner_host == "host-a"
+        time.sleep(2.5)  # older than host B's --stale-after
+        taken = dayflow("worker", "--once", "--stale-after", "2", db=db_target,
+                        env={"DAYFLOW_HOSTNAME": "host-b", "DAYFLOW_CALL_LOG": str(log)})
+        assert taken.returncode == 0, taken.stderr
+        assert f"run {run_id} done · 3 steps" in taken.stdout
+        host_a.send_signal(signal.SIGCONT)
+        out_a, err_a = host_a.communicate(timeout=60)
+    finally:
+        if host_a.poll() is None:
+            host_a.send_signal(signal.SIGCONT)
+            host_a.kill()
+            host_a.wait()
+    assert host_a.returncode == 0, err_a
+    assert f"run {run_id} lost" in err_a and run_id not in out_a
+    steps = store.steps(run_id)
+    assert [s.n for s in steps] == [1, 2, 3] and [s.stop_reason for s in steps].count("end_turn") == 1
+    run = store.get_run(run_id)
+    assert (run.status, run.step_count, run.lease_token) == ("done", 3, None)
+    calls = log.read_text().splitlines()
+    assert len(calls) == 4  # 3 steps + the one call A had in flight, paid and never committed
+    keys = [t.idempotency_key for t in store.list_tasks() if t.idempotency_key.startswith("mail-")]
+    assert len(keys) == len(set(keys)) == ACTION_MAILS
+    store.close()
