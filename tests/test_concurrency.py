@@ -51,13 +51,13 @@ def steps_of(db, run_id: str) -> list[int]:
         store.close()
 
 
-def test_two_resumes_at_the_same_moment_exactly_one_drives(db_path, tmp_path):
+def test_two_resumes_at_the_same_moment_exactly_one_drives(db_target, tmp_path):
     log = tmp_path / "calls.log"
-    run_id = interrupted_run(db_path, log)
+    run_id = interrupted_run(db_target, log)
     assert call_count(log) == 1
     # A slow model keeps the winner busy long after the loser has tried to claim.
     env = cli_env(DAYFLOW_CALL_LOG=str(log), DAYFLOW_OFFLINE_DELAY="1.0")
-    procs = [subprocess.Popen(dayflow_cmd("resume", run_id, "--db", str(db_path)), env=env,
+    procs = [subprocess.Popen(dayflow_cmd("resume", run_id, "--db", db_target), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
              for _ in range(2)]
     outcomes = [(p, *p.communicate(timeout=120)) for p in procs]
@@ -70,12 +70,12 @@ def test_two_resumes_at_the_same_moment_exactly_one_drives(db_path, tmp_path):
     assert "Traceback" not in line and len(line.splitlines()) == 1, line
     assert f"run {run_id} is being driven by pid {winner.pid} on {HOST}" in line
     assert "## Today" in text(won_out)
-    assert steps_of(db_path, run_id) == [1, 2, 3]
+    assert steps_of(db_target, run_id) == [1, 2, 3]
     assert call_count(log) == 3  # 1 before the crash + the 2 remaining steps, once
 
 
-def test_claims_racing_from_many_processes_have_one_winner_per_run(db_path):
-    store = open_store(db_path)
+def test_claims_racing_from_many_processes_have_one_winner_per_run(db_target):
+    store = open_store(db_target)
     run_ids = [store.create_run("race", model="offline", status="running").id for _ in range(8)]
     store.close()
     start_at = time.time() + 3.0  # every claimant starts on the same tick, after its imports
@@ -83,7 +83,7 @@ def test_claims_racing_from_many_processes_have_one_winner_per_run(db_path):
         import sys, time
         from dayflow_tui.errors import RunBusy
         from dayflow_tui.store import open_store
-        store = open_store({str(db_path)!r})
+        store = open_store({db_target!r})
         for i, run_id in enumerate({run_ids!r}):
             time.sleep(max(0.0, {start_at} + 0.2 * i - time.time()))
             try:
@@ -152,44 +152,44 @@ def test_a_reader_sees_every_commit_while_a_cli_process_writes(db_path, tmp_path
         assert result.returncode == 0 and "locked" not in text(result.stderr), text(result.stderr)
 
 
-def test_a_dead_owner_on_this_host_is_taken_over_at_once(db_path, tmp_path):
+def test_a_dead_owner_on_this_host_is_taken_over_at_once(db_target, tmp_path):
     log = tmp_path / "calls.log"
-    run_id = interrupted_run(db_path, log)
+    run_id = interrupted_run(db_target, log)
     gone = dead_pid()
-    set_owner(db_path, run_id, host=HOST, pid=gone, heartbeat_age_s=0)  # heartbeat fresh: the pid decides
-    listed = json.loads(dayflow("runs", "--json", db=db_path).stdout)[0]
+    set_owner(db_target, run_id, host=HOST, pid=gone, heartbeat_age_s=0)  # heartbeat fresh: the pid decides
+    listed = json.loads(dayflow("runs", "--json", db=db_target).stdout)[0]
     assert listed["status"] == "interrupted"
-    result = dayflow("resume", run_id, db=db_path, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
+    result = dayflow("resume", run_id, db=db_target, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
     assert result.returncode == 0, text(result.stderr)
-    assert steps_of(db_path, run_id) == [1, 2, 3] and call_count(log) == 3
+    assert steps_of(db_target, run_id) == [1, 2, 3] and call_count(log) == 3
 
 
-def test_a_live_owner_on_this_host_keeps_the_run(db_path, tmp_path):
+def test_a_live_owner_on_this_host_keeps_the_run(db_target, tmp_path):
     log = tmp_path / "calls.log"
-    run_id = interrupted_run(db_path, log)
+    run_id = interrupted_run(db_target, log)
     holder = subprocess.Popen(["sleep", "60"])
     try:
-        set_owner(db_path, run_id, host=HOST, pid=holder.pid, heartbeat_age_s=3600)  # old beat, live pid
-        result = dayflow("resume", run_id, db=db_path, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
+        set_owner(db_target, run_id, host=HOST, pid=holder.pid, heartbeat_age_s=3600)  # old beat, live pid
+        result = dayflow("resume", run_id, db=db_target, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
         assert result.returncode == 4
         assert_one_error_line(result, f"run {run_id} is being driven by pid {holder.pid} on {HOST}")
     finally:
         holder.kill()
         holder.wait()
-    assert steps_of(db_path, run_id) == [1] and call_count(log) == 1
+    assert steps_of(db_target, run_id) == [1] and call_count(log) == 1
 
 
 @pytest.mark.parametrize("age_s, taken_over", [(5, False), (61, True)])
-def test_another_hosts_owner_is_taken_over_only_after_the_heartbeat_timeout(db_path, tmp_path, age_s,
+def test_another_hosts_owner_is_taken_over_only_after_the_heartbeat_timeout(db_target, tmp_path, age_s,
                                                                            taken_over):
     log = tmp_path / "calls.log"
-    run_id = interrupted_run(db_path, log)
-    set_owner(db_path, run_id, host="worker-7.elsewhere", pid=4242, heartbeat_age_s=age_s)
-    result = dayflow("resume", run_id, db=db_path, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
+    run_id = interrupted_run(db_target, log)
+    set_owner(db_target, run_id, host="worker-7.elsewhere", pid=4242, heartbeat_age_s=age_s)
+    result = dayflow("resume", run_id, db=db_target, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
     if taken_over:
         assert result.returncode == 0, text(result.stderr)
-        assert steps_of(db_path, run_id) == [1, 2, 3] and call_count(log) == 3
+        assert steps_of(db_target, run_id) == [1, 2, 3] and call_count(log) == 3
     else:
         assert result.returncode == 4
         assert_one_error_line(result, "is being driven by pid 4242 on worker-7.elsewhere")
-        assert steps_of(db_path, run_id) == [1] and call_count(log) == 1
+        assert steps_of(db_target, run_id) == [1] and call_count(log) == 1
