@@ -9,11 +9,14 @@ Where a kill lands is read from the ``DAYFLOW_TEST_TRACE`` file the process
 appends its phases to (``dayflow_tui/testhook.py``); ``DAYFLOW_TEST_PAUSE_IN``
 widens the commit and tool windows so kills land there too.
 
-Calls are counted outside the process: the offline model's
-``DAYFLOW_CALL_LOG`` lines, or the loopback stub's request counter for the
-real SDK. A process's *lost calls* are the calls it made minus the steps it
-committed; a killed process may lose at most the one call in flight, a
-process that ran to its end none.
+Calls are counted outside the processes and attributed to each one: the
+offline model's ``DAYFLOW_CALL_LOG`` lines carry the pid, and for the real
+SDK each process sends a header of its own (``ANTHROPIC_CUSTOM_HEADERS``)
+that the loopback server records. A process's *lost calls* are the calls it
+made minus the steps it committed, counted once the trial is over (a killed
+client's last request can reach the server just after the process died);
+a killed process may lose at most the one call in flight, a process that ran
+to its end none.
 
 Seeded: ``random.Random(f"{seed}:{index}")`` picks every delay, pause and
 kill moment of trial ``index``, so a seed replays the same schedule (where
@@ -62,6 +65,19 @@ class Kill:
     process: str  # "brief" or "resume"
     phase: str  # a PHASE_NAMES key
     lost_calls: int
+
+
+@dataclass
+class ProcessRecord:
+    """One ``dayflow`` process of a trial: how many steps were committed before and after it, where it was killed."""
+
+    name: str  # "brief", "resume" or "final resume"
+    tag: str  # sent as a header to the loopback server, so its requests are counted as its own
+    steps_before: int
+    pid: int = 0
+    steps_after: int = 0
+    phase: str | None = None  # where the kill landed; None: it ended by itself
+    exit_code: int | None = None
 
 
 @dataclass
@@ -156,6 +172,7 @@ class Trial:
         self.commit_pause = round(self.rng.uniform(0.04, 0.12), 3)
         self.tools_pause = round(self.rng.uniform(0.02, 0.05), 3)
         self.stub: LoopbackAPI | None = None
+        self.records: list[ProcessRecord] = []
         self.committed_assistant: dict[int, str] = {}
 
     # -- processes -------------------------------------------------------
@@ -171,24 +188,32 @@ class Trial:
             env.update(self.stub.env())
         return env
 
-    def calls_so_far(self) -> int:
+    def calls_by_process(self) -> Counter:
+        """Model calls per process tag, counted outside the processes: the call log's pids, the server's headers."""
         if self.backend == "sdk":
-            return self.stub.calls
-        return len(self.call_log.read_text().splitlines()) if self.call_log.exists() else 0
+            return Counter(h.get("x-dayflow-process") for h in self.stub.headers)
+        tags = {str(r.pid): r.tag for r in self.records}
+        lines = self.call_log.read_text().splitlines() if self.call_log.exists() else []
+        return Counter(tags.get(line.split()[0]) for line in lines)
 
     def trace_lines(self) -> list[str]:
         return self.trace.read_text().split() if self.trace.exists() else []
 
-    def start(self, *args: str) -> subprocess.Popen:
+    def start(self, name: str, *args: str) -> tuple[subprocess.Popen, ProcessRecord]:
+        record = ProcessRecord(name, f"p{len(self.records) + 1}",
+                               self.step_count(read_db(self.db)) if self.db.exists() else 0)
+        self.records.append(record)
         self.result.processes += 1
-        out = open(self.workdir / f"p{self.result.processes}.out", "wb")
-        err = open(self.workdir / f"p{self.result.processes}.err", "wb")
-        with out, err:
-            return subprocess.Popen(dayflow_cmd(*args), env=self.env(), stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL)
+        env = self.env()
+        if self.backend == "sdk":
+            env["ANTHROPIC_CUSTOM_HEADERS"] = f"x-dayflow-process: {record.tag}"
+        with open(self.workdir / f"{record.tag}.out", "wb") as out, open(self.workdir / f"{record.tag}.err", "wb") as err:
+            proc = subprocess.Popen(dayflow_cmd(*args), env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        record.pid = proc.pid
+        return proc, record
 
-    def output(self, stream: str) -> str:
-        return (self.workdir / f"p{self.result.processes}.{stream}").read_text(errors="replace")
+    def output(self, record: ProcessRecord, stream: str) -> str:
+        return (self.workdir / f"{record.tag}.{stream}").read_text(errors="replace")
 
     def wait_for(self, proc: subprocess.Popen, ready, timeout: float = PROCESS_TIMEOUT_S) -> bool:
         """Poll until ``ready()``; False when the process ended first."""
@@ -202,32 +227,41 @@ class Trial:
             time.sleep(0.005)
         return True
 
-    def kill_after(self, proc: subprocess.Popen, seconds: float, process: str, trace_before: int,
-                   calls_before: int, steps_before: int) -> None:
+    def kill_after(self, proc: subprocess.Popen, record: ProcessRecord, seconds: float, trace_before: int) -> None:
         time.sleep(seconds)
         if proc.poll() is not None:
             self.result.misses += 1
-            self.after_clean_exit(proc, process, calls_before, steps_before)
-            return
-        trace = self.trace_lines()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=PROCESS_TIMEOUT_S)
-        phase = trace[-1] if len(trace) > trace_before else "startup"
-        state = self.inspect()
-        steps_after = self.step_count(state)
-        lost = self.calls_so_far() - calls_before - (steps_after - steps_before)
-        self.result.kills.append(Kill(process, phase, lost))
-        if not 0 <= lost <= 1:
-            self.result.problems.append(f"{process} killed while {phase}: lost {lost} calls (at most 1 allowed)")
-        if phase not in ("api", "commit") and lost != 0:
-            self.result.problems.append(f"{process} killed {PHASE_NAMES[phase]} lost {lost} call(s); "
-                                        "only a call in flight or a response being committed may be lost")
+        else:
+            trace = self.trace_lines()
+            proc.send_signal(signal.SIGKILL)
+            record.phase = trace[-1] if len(trace) > trace_before else "startup"
+        self.ended(proc, record)
 
-    def after_clean_exit(self, proc: subprocess.Popen, process: str, calls_before: int, steps_before: int) -> None:
-        state = self.inspect()
-        lost = self.calls_so_far() - calls_before - (self.step_count(state) - steps_before)
-        if lost != 0:
-            self.result.problems.append(f"{process} ended by itself (exit {proc.returncode}) but lost {lost} call(s)")
+    def ended(self, proc: subprocess.Popen, record: ProcessRecord) -> None:
+        record.exit_code = proc.wait(timeout=PROCESS_TIMEOUT_S)
+        record.steps_after = self.step_count(self.inspect())
+
+    def settle(self) -> None:
+        """Per process, once every request has reached the server: lost calls = its calls - the steps it committed.
+
+        Counted at the end, not at each kill: a killed client's last request can
+        reach the server a moment after the process is gone.
+        """
+        calls = self.calls_by_process()
+        for record in self.records:
+            lost = calls.get(record.tag, 0) - (record.steps_after - record.steps_before)
+            if record.phase is None:
+                if lost != 0:
+                    self.result.problems.append(f"{record.name} ({record.tag}) ended by itself "
+                                                f"(exit {record.exit_code}) but lost {lost} call(s)")
+                continue
+            self.result.kills.append(Kill(record.name, record.phase, lost))
+            if not 0 <= lost <= 1:
+                self.result.problems.append(f"{record.name} killed {PHASE_NAMES[record.phase]}: lost {lost} calls "
+                                            "(at most 1 allowed)")
+            elif record.phase not in ("api", "commit") and lost != 0:
+                self.result.problems.append(f"{record.name} killed {PHASE_NAMES[record.phase]} lost {lost} call(s); "
+                                            "only a call in flight or a response being committed may be lost")
 
     # -- database --------------------------------------------------------
 
@@ -278,9 +312,8 @@ class Trial:
             return target, 1, self.rng.uniform(0, 0.95 * self.min_remaining_s(work))
         return target, self.rng.randint(1, work[target]), self.rng.uniform(0, 0.9 * windows[target])
 
-    def aim_and_kill(self, proc: subprocess.Popen, process: str, state: DbState | None) -> None:
-        steps_before = self.step_count(state) if state else 0
-        calls_before, trace_before = self.calls_so_far(), len(self.trace_lines())
+    def aim_and_kill(self, proc: subprocess.Popen, record: ProcessRecord, state: DbState | None,
+                     trace_before: int) -> None:
         target, nth, seconds = self.plan_kill(self.remaining_work(state))
 
         def reached() -> bool:
@@ -289,9 +322,9 @@ class Trial:
 
         if not self.wait_for(proc, reached):
             self.result.misses += 1
-            self.after_clean_exit(proc, process, calls_before, steps_before)
+            self.ended(proc, record)
             return
-        self.kill_after(proc, seconds, process, trace_before, calls_before, steps_before)
+        self.kill_after(proc, record, seconds, trace_before)
 
     def model_args(self) -> list[str]:
         return ["--model", STUB_MODEL] if self.backend == "sdk" else []
@@ -306,37 +339,33 @@ class Trial:
 
     def _run(self) -> None:
         # 1. brief, killed at a seeded moment once it is working (a phase it aims at, or anywhere).
-        proc = self.start("brief", "-v", *self.model_args())
-        self.aim_and_kill(proc, "brief", None)
+        proc, record = self.start("brief", "brief", "-v", *self.model_args())
+        self.aim_and_kill(proc, record, None, 0)
         if self.result.run_id is None:
-            self.result.problems.append(f"the brief left no run: {self.output('err')[-300:]}")
+            self.result.problems.append(f"the brief left no run: {self.output(record, 'err')[-300:]}")
             return
         # 2. sometimes a resume, killed too: either from its very start (import, claim, pending
         #    tools) or at a seeded moment once it is working.
         if self.run_status() != "done" and self.rng.random() < self.resume_kill_chance:
-            state = read_db(self.db)
-            trace_before, calls_before = len(self.trace_lines()), self.calls_so_far()
-            proc = self.start("resume", self.result.run_id)
+            state, trace_before = read_db(self.db), len(self.trace_lines())
+            proc, record = self.start("resume", "resume", self.result.run_id)
             if self.rng.random() < 0.4:
-                self.kill_after(proc, self.rng.uniform(0, 2.5), "resume", trace_before, calls_before,
-                                self.step_count(state))
+                self.kill_after(proc, record, self.rng.uniform(0, 2.5), trace_before)
             else:
-                self.aim_and_kill(proc, "resume", state)
+                self.aim_and_kill(proc, record, state, trace_before)
         # 3. the last resume must finish the same run and pay only for what is missing.
-        steps_before = self.step_count(read_db(self.db))
-        calls_before = self.calls_so_far()
-        proc = self.start("resume", self.result.run_id)
+        proc, record = self.start("final resume", "resume", self.result.run_id)
         try:
             proc.wait(timeout=PROCESS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             self.result.problems.append("the final resume hung")
-            return
-        if proc.returncode != 0:
-            self.result.problems.append(f"final resume exit {proc.returncode}: {self.output('err')[-300:]}")
-        if "## Today" not in self.output("out"):
+        self.ended(proc, record)
+        if record.exit_code != 0:
+            self.result.problems.append(f"final resume exit {record.exit_code}: {self.output(record, 'err')[-300:]}")
+        if "## Today" not in self.output(record, "out"):
             self.result.problems.append("the final resume printed no brief")
-        self.after_clean_exit(proc, "final resume", calls_before, steps_before)
+        self.settle()
         state = self.inspect()
         run = next(r for r in state.runs if r["id"] == self.result.run_id)
         keys = {t["idempotency_key"] for t in state.tasks if t["run_id"] == self.result.run_id}
@@ -346,7 +375,7 @@ class Trial:
         if missing:
             self.result.problems.append(f"tasks missing: {sorted(missing)}")
         self.result.steps = self.step_count(state)
-        self.result.calls = self.calls_so_far()
+        self.result.calls = sum(self.calls_by_process().values())
         if self.result.steps != 3:
             self.result.problems.append(f"the run took {self.result.steps} steps, the offline model needs 3")
         if not 0 <= self.result.calls - self.result.steps <= len(self.result.kills):
