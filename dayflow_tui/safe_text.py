@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import re
 
-# C0 controls except tab and newline, DEL, C1 controls, and lone surrogates
-# (undecodable bytes: a terminal cannot be sent them at all).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# C0 controls except tab and newline, DEL, C1 controls, lone surrogates
+# (undecodable bytes: a terminal cannot be sent them at all), and the bidi
+# embedding/override/isolate controls, which reorder what is shown so a
+# subject can read differently from what it holds ("Trojan Source").
+# Right-to-left letters themselves are shown as they are.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match) -> str:
