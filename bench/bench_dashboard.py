@@ -105,7 +105,7 @@ def _m(results: list[dict], key: str, minus: str | None = None) -> float:
 
 def run(quick: bool = False) -> list[Row]:
     rounds = 1 if quick else 3
-    lists = measure_lists(rounds)
+    lists = measure_lists(1 if quick else 5)  # five: a load spike on a shared machine must not be the median
     transcripts = measure_transcripts(rounds)
     live = measure_live(2 if quick else 5)
 
