@@ -47,7 +47,7 @@ def run(quick: bool = False) -> list[Row]:
     return [
         Row("4 start-up", f"`dayflow runs` ({_RUNS} runs in the file), wall time (median)", ms(median(ours_t)),
             f"`python -c \"import peewee\"` {ms(median(floor_t))}", ratio, "", None,
-            f"+{ms(median(ours_t) - median(floor_t))} over the floor"),
+            f"{'+' if ratio >= 1 else '-'}{ms(abs(median(ours_t) - median(floor_t)))} over the floor"),
         Row("4 start-up", "`dayflow runs` imports anthropic", "yes" if imports else "no", "", None, "no",
             not imports, "also a test: tests/test_startup_imports.py"),
     ]
