@@ -52,15 +52,20 @@ def build_fixtures(tmp: Path) -> dict:
     return fixtures
 
 
+def _fresh_copy(pristine: Path, trial: Path) -> None:
+    """``trial`` becomes a byte copy of the fixture, with no WAL or SHM left from the last round."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{trial}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(pristine, trial)
+
+
 def time_to_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     dayflow = str(BIN / "dayflow")
     timings: dict = {key: [] for key in fixtures}
     for r in range(rounds):
         for key, (pristine, run_id) in fixtures.items():
             trial = tmp / f"trial-{key}.db"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{trial}{suffix}").unlink(missing_ok=True)
-            shutil.copyfile(pristine, trial)
+            _fresh_copy(pristine, trial)
             log = tmp / f"calls-{key}-{r}.log"
             argv = ([dayflow, "brief", "--db", str(trial)] if run_id is None
                     else [dayflow, "resume", run_id, "--db", str(trial)])
@@ -94,9 +99,7 @@ def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     for _ in range(rounds):
         for key, (pristine, run_id) in fixtures.items():
             trial = tmp / f"inproc-{key}.db"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{trial}{suffix}").unlink(missing_ok=True)
-            shutil.copyfile(pristine, trial)
+            _fresh_copy(pristine, trial)
             store = open_store(trial)
             client = FirstCallClient()
             started = time.perf_counter()
