@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # ``python bench/bench_tui.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import Row, build_run, median, ms, workdir  # noqa: E402
+from dayflow_tui.tui.pilot_support import wait_until  # noqa: E402
 
 SIZE = (120, 36)
 LIST_SIZES = (10, 10_000, 100_000)
@@ -32,11 +33,7 @@ TRANSCRIPT_STEPS = (10, 500)
 
 
 async def _until(pilot, condition, timeout: float = 120.0) -> None:
-    deadline = time.perf_counter() + timeout
-    while not condition():
-        if time.perf_counter() > deadline:
-            raise RuntimeError("the dashboard did not get there in time")
-        await pilot.pause(0.001)
+    await wait_until(pilot, condition, timeout=timeout, step=0.001)
 
 
 def time_run_list(path: Path) -> float:

@@ -41,12 +41,9 @@ def _epoch(iso: str) -> float:
 
 async def _until(pilot, condition, timeout: float = 120.0, step: float = 0.002) -> float:
     """Wait (letting the app run) until ``condition()``; return the time it first held."""
-    deadline = time.time() + timeout
-    while not condition():
-        if time.time() > deadline:
-            raise TimeoutError("the dashboard did not get there in time")
-        await pilot.pause(step)
-    return time.time()
+    from dayflow_tui.tui.pilot_support import wait_until  # here: the probe times its own imports
+
+    return await wait_until(pilot, condition, timeout=timeout, step=step)
 
 
 async def minimal(spec: dict) -> dict:

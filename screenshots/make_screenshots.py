@@ -13,7 +13,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from dayflow_tui.offline import OfflineClient  # noqa: E402
 from dayflow_tui.store import open_store  # noqa: E402
 from dayflow_tui.tui import demo_data  # noqa: E402
 from dayflow_tui.tui.app import DayflowApp  # noqa: E402
+from dayflow_tui.tui.pilot_support import wait_until  # noqa: E402
 from dayflow_tui.tui.screens.transcript import TranscriptScreen  # noqa: E402
 from dayflow_tui.tui.widgets.run_table import RunTable  # noqa: E402
 
@@ -31,11 +31,10 @@ SIZE = (120, 34)
 
 
 async def until(pilot, condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit("the dashboard did not get there in time")
-        await pilot.pause(0.05)
+    try:
+        await wait_until(pilot, condition, timeout=timeout)
+    except TimeoutError:
+        raise SystemExit("the dashboard did not get there in time") from None
 
 
 async def open_run(pilot, run_id: str) -> TranscriptScreen:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import itertools
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from dayflow_tui.offline import OfflineClient
+from dayflow_tui.tui.pilot_support import wait_until
 
 TUI_BIN = Path(sys.executable).parent / "dayflow-tui"
 SIZE = (120, 36)
@@ -30,11 +30,10 @@ def screen_text(app) -> str:
 
 async def wait_for(pilot, condition, timeout: float = 30.0, step: float = 0.05) -> None:
     """Let the app run until ``condition()`` holds (generous: the machines are shared and slow)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {condition}")
-        await pilot.pause(step)
+    try:
+        await wait_until(pilot, condition, timeout=timeout, step=step)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def footer_ready(app) -> bool:
