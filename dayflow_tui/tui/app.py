@@ -163,7 +163,7 @@ class DayflowApp(App):
                 result = loop.resume(run.id, store=self.store, client=client, **renewed_limits(run), **options)
             buffer.flush()
             self.post_message(RunFinished(result))
-        except (DayflowError, Exception) as exc:  # noqa: B014 (DayflowError first: the expected kind)
+        except Exception as exc:  # DayflowError (API, budget, busy) or a bug: either way the run stays resumable
             buffer.flush()
             self.post_message(RunFailed(started[0] if started else None, loop.redact(str(exc))))
         finally:
