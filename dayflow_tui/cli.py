@@ -310,9 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # last resort: one line, no traceback, unless asked for
         if os.environ.get("DAYFLOW_DEBUG"):
             raise
-        from .loop import redact
+        from .redaction import redact, redact_and_cut
 
-        print(f"dayflow: internal error: {type(exc).__name__}: {redact(printable(one_line(exc, 300)))} "
+        # Redact the whole line first, then cut: a cut made first can leave a piece of the key.
+        line = redact_and_cut(one_line(redact(str(exc)), 1 << 20), 300)
+        print(f"dayflow: internal error: {type(exc).__name__}: {line} "
               "(set DAYFLOW_DEBUG=1 for a traceback)", file=sys.stderr)
         return 70
 

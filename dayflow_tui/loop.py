@@ -17,6 +17,7 @@ from typing import Any, Callable
 from . import clock
 from .compaction import compact
 from .errors import DayflowError, ModelCallFailed, RunBusy
+from .redaction import redact, redact_and_cut  # noqa: F401 - redact is the front ends' import too
 from .store import Lease, Store, StepRecord, step_blocks
 from .testhook import pause_point
 from .tokens import estimate_tokens
@@ -168,14 +169,6 @@ def _sdk_options() -> dict:
     return options
 
 
-def redact(text: str) -> str:
-    """Remove the API key from any text that may be shown or stored."""
-    key = os.environ.get("ANTHROPIC_API_KEY")
-    if key and len(key) >= 8:
-        text = text.replace(key, "[redacted]")
-    return text
-
-
 def build_request(model: str, messages: list[dict]) -> dict:
     """The Messages API request for ``messages``.
 
@@ -242,9 +235,9 @@ def _describe_api_error(exc: BaseException) -> str:
         err = body.get("error") if isinstance(body.get("error"), dict) else body
         detail = str(err.get("message") or "")
     detail = detail or str(exc)
-    detail = " ".join(detail.split())[:300]
     prefix = f"model API error {status} ({name})" if status else f"model API error ({name})"
-    return redact(f"{prefix}: {detail}")
+    # Redacted before it is cut: a key straddling the cut must not survive in part.
+    return redact_and_cut(f"{prefix}: {' '.join(detail.split())}", 300 + len(prefix) + 2)
 
 
 def _text_of(blocks: list[dict]) -> str:
@@ -415,11 +408,16 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     if lease is None:
         store.check_history(run.id)  # a damaged row is refused before anything is written
         lease = store.claim(run.id)
-    if budget_tokens is not None or max_steps is not None or compact_at is not None:
-        store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                            lease=lease)
-    if on_start is not None:
-        on_start(run.id)
+    try:
+        if budget_tokens is not None or max_steps is not None or compact_at is not None:
+            store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                                lease=lease)
+        if on_start is not None:
+            on_start(run.id)
+    except BaseException:
+        # Claim-then-drive is one try/finally: nothing between the claim and the drive may leak the lease.
+        store.release(lease)
+        raise
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
                          crash_after_step=crash_after_step, should_stop=should_stop)
 

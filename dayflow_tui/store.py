@@ -11,11 +11,13 @@ import contextlib
 import functools
 import json
 import os
+import random
 import re
 import socket
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +30,7 @@ from peewee import PostgresqlDatabase, SqliteDatabase, fn
 
 from . import clock
 from .errors import RunBusy, RunNotFound, StoreError
+from .redaction import redact_and_cut
 from .models import MODELS, POSTGRES_MODELS, ChangeCounter, Run, Step, StoreMeta, Task, database_proxy
 from .sample_data import SEED_TASKS
 from .testhook import pause_point
@@ -68,25 +71,107 @@ def default_db_path() -> Path:
     return Path(base) / "dayflow" / "dayflow.db"
 
 
-def _db_errors(method: Callable) -> Callable:
-    """Map driver errors to one readable ``StoreError`` line."""
+# How long a store operation keeps retrying a connection that went away or a SQLite lock held
+# by someone else. The commit of a paid response (append_step, and the tool results that follow
+# it) keeps trying for longer: giving up there throws money away.
+RETRY_FOR_S = 15.0
+COMMIT_RETRY_FOR_S = float(os.environ.get("DAYFLOW_COMMIT_RETRY_S") or 120.0)
+_BACKOFF_FIRST_S = 0.05
+_BACKOFF_MAX_S = 2.0
 
-    @functools.wraps(method)
-    def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:
-            if _is_driver_error(exc):
-                raise StoreError(f"{self.label}: {_describe(exc)}") from exc
-            raise
+_TRANSIENT_SQLITE = ("database is locked", "database table is locked", "database is busy")
+_TRANSIENT_PG = ("connection is closed", "the connection is lost", "server closed the connection",
+                 "terminating connection", "connection already closed", "consuming input failed",
+                 "could not receive data", "could not send data", "connection to server",
+                 "connection refused", "ssl connection has been closed", "broken pipe",
+                 "no connection to the server", "connection timed out", "lost synchronization",
+                 "the database system is shutting down", "the database system is starting up",
+                 "cannot connect now", "connection reset")
 
-    return wrapper
+
+def _is_transient(exc: BaseException) -> bool:
+    """A failure that a fresh connection (or a little patience) cures: the work itself was fine."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc).lower()
+        if any(marker in text for marker in _TRANSIENT_SQLITE + _TRANSIENT_PG):
+            return True
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is not None and isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
+                None, "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"):
+            # Admin shutdown, crash shutdown, cannot connect now, connection exceptions;
+            # no sqlstate at all means the client lost the server before an answer came.
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+_retry_state = threading.local()
+
+
+def attempt_number() -> int:
+    """0 on an operation's first try, 1, 2, ... on its retries (this thread's outermost store call)."""
+    return getattr(_retry_state, "attempt", 0)
+
+
+def _db_errors(method: Callable | None = None, *, retry_for: float | None = None) -> Callable:
+    """Map driver errors to one readable ``StoreError`` line, retrying the ones a new connection cures.
+
+    The one reconnect policy of the store: a call that failed because the
+    connection went away (PostgreSQL: a server restart, an idle cut, a
+    terminated backend) or because another SQLite writer held the lock past
+    the busy timeout is run again on a fresh connection, with exponential
+    backoff and jitter, until ``retry_for`` seconds have passed. Only the
+    outermost store call of a thread retries (a nested call's transaction is
+    its caller's). Every write Dayflow retries is safe to repeat: it is
+    conditioned on the lease, or idempotent by key, or (``append_step``,
+    ``set_tool_results``) checks on a retry whether its earlier try did land
+    before its answer was lost (``attempt_number()``).
+    """
+
+    def decorate(method: Callable) -> Callable:
+        limit = RETRY_FOR_S if retry_for is None else retry_for
+
+        @functools.wraps(method)
+        def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+            outermost = getattr(_retry_state, "depth", 0) == 0
+            _retry_state.depth = getattr(_retry_state, "depth", 0) + 1
+            deadline = time.monotonic() + (limit() if callable(limit) else limit)
+            delay = _BACKOFF_FIRST_S
+            attempt = 0
+            try:
+                while True:
+                    if outermost:
+                        _retry_state.attempt = attempt
+                    try:
+                        return method(self, *args, **kwargs)
+                    except Exception as exc:
+                        if not _is_driver_error(exc):
+                            raise
+                        if outermost and _is_transient(exc) and time.monotonic() < deadline:
+                            self.drop_thread_connection()
+                            time.sleep(min(delay, max(deadline - time.monotonic(), 0)) * random.uniform(0.5, 1.0))
+                            delay = min(delay * 2, _BACKOFF_MAX_S)
+                            attempt += 1
+                            continue
+                        if outermost and _is_transient(exc):
+                            self.drop_thread_connection()  # the next call starts on a fresh connection
+                        raise StoreError(f"{self.label}: {_describe(exc)}") from exc
+            finally:
+                _retry_state.depth -= 1
+                if outermost:
+                    _retry_state.attempt = 0
+
+        return wrapper
+
+    return decorate(method) if method is not None else decorate
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if len(text) > 300:  # SQLite quotes whole values in some messages (an undecodable row)
-        text = text[:299] + "…"
+    # SQLite quotes whole values in some messages (an undecodable row): redacted, then cut.
+    text = redact_and_cut(text, 300)
     low = text.lower()
     if "file is not a database" in low or "malformed" in low:
         return f"not a readable Dayflow database ({text})"
@@ -162,15 +247,23 @@ class Lease:
     _thread: threading.Thread | None = None
     lost: bool = False
 
-    def start_heartbeat(self, every: float = HEARTBEAT_EVERY_S) -> None:
+    def start_heartbeat(self, every: float | None = None) -> None:
+        every = HEARTBEAT_EVERY_S if every is None else every
+
         def beat() -> None:
             try:
                 while not self._stop.wait(every):
-                    if not self.store.heartbeat(self):
+                    try:
+                        still_ours = self.store.heartbeat(self)
+                    except Exception:
+                        # A blip (dropped connection, held lock) costs one beat, never the thread:
+                        # the next beat runs on a fresh connection. Only a beat that finds another
+                        # token on the run marks the lease lost.
+                        self.store.drop_thread_connection()
+                        continue
+                    if not still_ours:
                         self.lost = True
                         return
-            except Exception:  # a failed beat must never kill the driver; the lease just ages
-                pass
             finally:
                 self.store.close_thread_connection()
 
@@ -261,11 +354,26 @@ class Store:
 
     def close_thread_connection(self) -> None:
         """Close this thread's connection (Peewee keeps one per thread)."""
+        self.drop_thread_connection()
+
+    def drop_thread_connection(self) -> None:
+        """Forget this thread's connection, even a dead one inside a failed transaction.
+
+        Peewee refuses to close a connection while its transaction stack is not
+        empty, and a connection the server has cut can be neither rolled back
+        nor closed cleanly; without this the thread would reuse it forever.
+        The next query opens a new one.
+        """
         try:
             if not self.db.is_closed():
                 self.db.close()
+            return
         except Exception:
             pass
+        conn = self.db._state.conn
+        self.db._state.reset()
+        with contextlib.suppress(Exception):
+            conn.close()
 
     @property
     def is_postgres(self) -> bool:
@@ -505,7 +613,7 @@ class Store:
 
     # -- steps -----------------------------------------------------------
 
-    @_db_errors
+    @_db_errors(retry_for=lambda: COMMIT_RETRY_FOR_S)
     def append_step(self, run_id: str, step: StepRecord, *, lease: Lease | None = None,
                     final_status: str | None = None, final_text: str | None = None,
                     final_error: str | None = None) -> None:
@@ -528,6 +636,8 @@ class Store:
             values.update(status=final_status, final_text=final_text, error=final_error)
         added = (step.input_tokens, step.output_tokens, step.cache_creation_input_tokens,
                  step.cache_read_input_tokens)
+        if attempt_number() and self._step_landed(run_id, step.n, row["assistant"], lease):
+            return  # the earlier try committed; only its answer was lost with the connection
         insert_sql, insert_params = _insert_statement(self.db, Step, row)
         update_sql, update_params = _add_step_to_run_statement(self.db, run_id, added, values, lease)
         with self._write_tx():
@@ -539,15 +649,28 @@ class Store:
             pause_point("commit")
         pause_point("committed")
 
-    @_db_errors
+    def _step_landed(self, run_id: str, n: int, assistant: str, lease: Lease | None) -> bool:
+        """On a retry: is step ``n`` already stored as we sent it, under our lease?"""
+        stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+        if stored is None or stored.assistant != assistant:
+            return False
+        return lease is None or Run.get_by_id(run_id).lease_token == lease.token
+
+    @_db_errors(retry_for=lambda: COMMIT_RETRY_FOR_S)
     def set_tool_results(self, run_id: str, n: int, results: list[dict], *, lease: Lease | None = None) -> None:
         now = clock.iso()
+        encoded = dumps(results)
         with self._write_tx():
-            updated = (Step.update(tool_results=dumps(results), tools_done_at=now)
+            # The lease first: a driver that lost its run is told so (RunBusy, exit 4),
+            # not that the new owner has already recorded these results.
+            self._set_run(run_id, lease)
+            updated = (Step.update(tool_results=encoded, tools_done_at=now)
                        .where(Step.run == run_id, Step.n == n, Step.tool_results.is_null()).execute())
             if updated != 1:
+                stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+                if attempt_number() and stored is not None and stored.tool_results == encoded:
+                    return  # our earlier try committed before the connection went
                 raise StoreError(f"run {run_id} step {n}: tool results already recorded")
-            self._set_run(run_id, lease)
             pause_point("commit")
         pause_point("committed")
 
@@ -836,6 +959,9 @@ def open_store(target: str | os.PathLike | None = None, *, create: bool = True) 
                 _create_private_file(path)
             except OSError as exc:
                 raise StoreError(f"{label}: cannot create database ({exc.strerror})") from exc
+        elif not create and path.stat().st_size == 0:
+            # Checked before connecting: opening would write a header (WAL mode) into a file we only read.
+            raise StoreError(f"{label}: no Dayflow tables in this file yet (nothing to read)")
         db = SqliteDatabase(str(path), pragmas=_PRAGMAS, timeout=10, check_same_thread=False)
     store = Store(db, label)
     try:
@@ -881,8 +1007,10 @@ def _migrate(store: Store, *, create: bool = True) -> None:
                          f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
     if version == SCHEMA_VERSION:
         return
-    if version == 0 and not create and store.is_postgres:
-        raise StoreError(f"{store.label}: no Dayflow tables in this database yet")
+    if version == 0 and not create:
+        # Asked only to read (show, resume, runs, tasks on a named database): never create tables in it.
+        where = "database" if store.is_postgres else "file"
+        raise StoreError(f"{store.label}: no Dayflow tables in this {where} yet (nothing to read)")
     with store._write_tx():
         if store.is_postgres:
             # DDL is transactional here; this lock makes two first opens take turns.

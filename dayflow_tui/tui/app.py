@@ -20,6 +20,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from .. import loop
 from ..errors import DayflowError, StoreError
 from ..models import Run
+from ..redaction import redact_and_cut
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, open_store, owner_alive
 from . import bindings
@@ -91,7 +92,7 @@ class DayflowApp(App):
             self.push_screen(HelpScreen())
 
     def report_error(self, exc: BaseException) -> None:
-        self.notify(printable(one_line(loop.redact(str(exc)), 300)), title="Error", severity="error")
+        self.notify(printable(redact_and_cut(one_line(loop.redact(str(exc)), 1 << 20), 300)), title="Error", severity="error")
 
     # -- driving runs --------------------------------------------------------
 

@@ -1,0 +1,220 @@
+"""Real faults under a driven run: a SQLite lock held by another process, PostgreSQL sessions cut
+by the server, a heartbeat that meets a dead connection. The invariant each time: the paid
+response is committed, model calls == committed steps (no process died), nothing is retried in a loop.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+from dayflow_tui import store as store_module
+from dayflow_tui.errors import RunBusy, StoreError
+from dayflow_tui.loop import resume, run_brief
+from dayflow_tui.models import Run, Step
+from dayflow_tui.redaction import redact_and_cut
+from dayflow_tui.store import StepRecord, open_store
+
+from .conftest import PG_URL, CountingClient
+from .reliability_helpers import dayflow, text
+
+
+class _HookedClient(CountingClient):
+    """The offline model; ``before_reply(call_number)`` runs while the call is 'in flight'."""
+
+    def __init__(self, before_reply):
+        super().__init__()
+        self.before_reply = before_reply
+
+    def create(self, **request):
+        reply = super().create(**request)
+        self.before_reply(self.calls)
+        return reply
+
+
+def _hold_sqlite_lock(path, seconds: float) -> subprocess.Popen:
+    """Another process holding ``BEGIN EXCLUSIVE`` on ``path``; returns once the lock is held."""
+    code = textwrap.dedent(f"""
+        import sqlite3, sys, time
+        con = sqlite3.connect({str(path)!r}, isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE")
+        print("locked", flush=True)
+        time.sleep({seconds})
+        con.execute("COMMIT")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_lock_held_past_the_busy_timeout_does_not_cost_the_paid_response(db_path):
+    store = open_store(db_path)
+    # A short busy timeout on this connection, so the lock outlasts it: the store must reconnect and wait.
+    store.db.execute_sql("PRAGMA busy_timeout = 100")
+    holders: list[subprocess.Popen] = []
+
+    def lock_during_call(n: int) -> None:
+        if n == 2:
+            holders.append(_hold_sqlite_lock(db_path, 1.5))
+
+    client = _HookedClient(lock_during_call)
+    result = run_brief(store, client=client)
+    for proc in holders:
+        assert proc.wait(timeout=10) == 0
+    assert holders, "the lock holder never ran"
+    assert result.status == "done"
+    assert [s.n for s in store.steps(result.run_id)] == [1, 2, 3]
+    assert client.calls == 3  # calls == committed steps: the reply bought during the lock was kept
+    store.close()
+
+
+def _pg_url_with_app(url: str) -> tuple[str, str]:
+    app = f"dftest_{uuid.uuid4().hex[:10]}"
+    return f"{url}&application_name={app}" if "?" in url else f"{url}?application_name={app}", app
+
+
+def _cut_sessions(app: str) -> int:
+    """End every server session this test opened (by its unique application_name), never others."""
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        rows = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE application_name = %s AND pid <> pg_backend_pid()", (app,)).fetchall()
+    return len(rows)
+
+
+@pytest.mark.postgres
+def test_sessions_cut_during_every_model_call_cost_no_second_call(pg_url):
+    url, app = _pg_url_with_app(pg_url)
+    store = open_store(url)
+    cuts: list[int] = []
+    client = _HookedClient(lambda n: cuts.append(_cut_sessions(app)))
+    result = run_brief(store, client=client)
+    assert sum(cuts) >= 3, "the driver's sessions were not cut"
+    assert result.status == "done"
+    assert [s.n for s in store.steps(result.run_id)] == [1, 2, 3]
+    assert client.calls == 3
+    run = store.get_run(result.run_id)
+    assert (run.input_tokens, run.output_tokens) == (result.input_tokens, result.output_tokens)
+    store.close()
+
+
+@pytest.mark.postgres
+def test_chaos_cuts_every_fraction_of_a_second_with_heartbeats(pg_url, monkeypatch):
+    """Sessions cut every 150 ms for a whole slowed run while the heartbeat beats every 50 ms."""
+    monkeypatch.setattr(store_module, "HEARTBEAT_EVERY_S", 0.05)
+    url, app = _pg_url_with_app(pg_url)
+    store = open_store(url)
+    done = threading.Event()
+    cut_count = [0]
+
+    def chaos() -> None:
+        while not done.wait(0.15):
+            cut_count[0] += _cut_sessions(app)
+
+    def slow(_n: int) -> None:
+        time.sleep(0.4)
+
+    client = _HookedClient(slow)
+    killer = threading.Thread(target=chaos, daemon=True)
+    killer.start()
+    try:
+        result = run_brief(store, client=client)
+    finally:
+        done.set()
+        killer.join()
+    assert cut_count[0] >= 5
+    assert result.status == "done"
+    assert [s.n for s in store.steps(result.run_id)] == [1, 2, 3]
+    assert client.calls == 3
+    store.close()
+
+
+@pytest.mark.postgres
+def test_a_heartbeat_that_meets_a_dead_connection_keeps_beating(pg_url):
+    url, app = _pg_url_with_app(pg_url)
+    store = open_store(url)
+    run = store.create_run("hello", model="offline")
+    lease = store.claim(run.id)
+    watcher = open_store(pg_url)
+    try:
+        lease.start_heartbeat(every=0.1)
+        time.sleep(0.3)
+        assert _cut_sessions(app) >= 1
+        cut_at = watcher.get_run(run.id).heartbeat_at
+        time.sleep(1.0)
+        after = watcher.get_run(run.id).heartbeat_at
+        assert after > cut_at, "the heartbeat thread died with its connection"
+        assert not lease.lost
+        assert lease._thread.is_alive()
+    finally:
+        store.release(lease)
+        watcher.close()
+        store.close()
+
+
+def test_tool_results_from_a_driver_that_lost_its_lease_say_so(store):
+    run = store.create_run("hello", model="offline")
+    lease = store.claim(run.id)
+    step = StepRecord(n=1, stop_reason="tool_use",
+                      assistant=[{"type": "tool_use", "id": "toolu_1", "name": "read_inbox", "input": {}}])
+    store.append_step(run.id, step, lease=lease)
+    # Another process took the run over and has already recorded the step's results.
+    Run.update(lease_token="e" * 32).where(Run.id == run.id).execute()
+    Step.update(tool_results="[]").where(Step.run == run.id, Step.n == 1).execute()
+    with pytest.raises(RunBusy):
+        store.set_tool_results(run.id, 1, [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}],
+                               lease=lease)
+    assert store.steps(run.id)[0].tool_results == "[]"
+
+
+def test_a_resume_that_fails_before_driving_releases_its_lease(store):
+    run = store.create_run("hello", model="offline")
+
+    def boom(_run_id: str) -> None:
+        raise RuntimeError("failed between claim and drive")
+
+    with pytest.raises(RuntimeError):
+        resume(run.id, store=store, client=CountingClient(), on_start=boom)
+    after = store.get_run(run.id)
+    assert after.lease_token is None and after.owner_pid is None
+    resumed = resume(run.id, store=store, client=CountingClient())  # nobody holds it: it can go on at once
+    assert resumed.status == "done"
+
+
+@pytest.mark.parametrize("command", [["show", "abcd1234"], ["resume", "abcd1234"], ["runs"], ["tasks"]])
+def test_reading_commands_never_create_tables_in_an_empty_file(tmp_path, command):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    result = dayflow(*command, db=str(empty))
+    assert result.returncode == 2
+    lines = text(result.stderr).strip().splitlines()
+    assert len(lines) == 1 and "no Dayflow tables" in lines[0]
+    assert empty.stat().st_size == 0
+
+
+def test_a_key_straddling_the_cut_never_survives_in_part(monkeypatch):
+    key = "sk-ant-api03-" + "Zq7" * 30
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    for offset in range(0, 320, 3):
+        message = "x" * offset + key + " tail"
+        cut = redact_and_cut(message, 300)
+        assert len(cut) <= 300
+        for i in range(len(key) - 11):
+            assert key[i:i + 12] not in cut, (offset, cut[-40:])
+
+
+def test_a_store_error_never_carries_the_key(monkeypatch, db_path):
+    key = "sk-ant-api03-" + "Qw9" * 30
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    db_path.write_bytes(b"not a database " + key.encode() * 20)
+    with pytest.raises(StoreError) as caught:
+        open_store(db_path)
+    for i in range(len(key) - 11):
+        assert key[i:i + 12] not in str(caught.value)
