@@ -291,6 +291,8 @@ class _Driver:
             request = build_request(run.model, prepared.messages)
             if self.client is None:
                 self.client = make_client(run.model)
+            # The commit of the reply we are about to buy must land in the file the user will look at.
+            self.store.verify_same_database()
             started = time.monotonic()
             self.calls += 1
             pause_point("api")

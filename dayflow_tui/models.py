@@ -49,6 +49,9 @@ class Run(BaseModel):
     error = TextField(null=True)
     owner_host = CharField(max_length=255, null=True)
     owner_pid = IntegerField(null=True)
+    # The owner's process start time (clock ticks since boot, /proc/PID/stat field 22): with the pid
+    # it names one process, so a dead owner whose pid was reused is not taken for alive.
+    owner_started = BigIntegerField(null=True)
     lease_token = CharField(max_length=32, null=True)
     heartbeat_at = CharField(max_length=32, null=True)
     created_at = CharField(max_length=32)

@@ -35,7 +35,6 @@ from .models import MODELS, POSTGRES_MODELS, ChangeCounter, Run, Step, StoreMeta
 from .sample_data import SEED_TASKS
 from .testhook import pause_point
 
-SCHEMA_VERSION = 1
 FINISHED = ("done",)
 RESUMABLE = ("running", "failed", "budget", "queued")
 # A lease whose heartbeat is older than this is taken over from another host.
@@ -308,6 +307,22 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (Linux ``/proc``); None where that cannot be read.
+
+    A pid names a process only together with its start time: after a crash the
+    kernel hands the same pid to an unrelated process sooner or later.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_OWN_START = process_start_time(os.getpid())
+
+
 def _age_seconds(iso_ts: str | None) -> float | None:
     if not iso_ts:
         return None
@@ -319,12 +334,18 @@ def owner_alive(run: Run, stale_after: float = STALE_AFTER_S) -> bool:
     """Is the process recorded as the run's owner still driving it?"""
     if run.owner_pid is None:
         return False
+    age = _age_seconds(run.heartbeat_at)
+    fresh = age is not None and age < stale_after
     if run.owner_host == HOSTNAME:
         if run.owner_pid == os.getpid():
             return run.lease_token in _ACTIVE_LEASES
-        return pid_alive(run.owner_pid)
-    age = _age_seconds(run.heartbeat_at)
-    return age is not None and age < stale_after
+        if not pid_alive(run.owner_pid):
+            return False
+        if run.owner_started is not None and process_start_time(run.owner_pid) not in (None, run.owner_started):
+            return False  # the pid now belongs to another process: the owner is gone
+        # A live owner beats every 10 s; one silent past the stale time is hung and loses the run.
+        return fresh
+    return fresh
 
 
 def effective_status(run: Run) -> str:
@@ -344,6 +365,8 @@ class Store:
     def __init__(self, db: peewee.Database, label: str):
         self.db = db
         self.label = label
+        # SQLite only: (device, inode) of the file as opened (verify_same_database).
+        self._identity: tuple[int, int] | None = None if self.is_postgres else self._file_identity()
         database_proxy.initialize(db)
 
     # -- connection ------------------------------------------------------
@@ -374,6 +397,33 @@ class Store:
         self.db._state.reset()
         with contextlib.suppress(Exception):
             conn.close()
+
+    def _file_identity(self, suffix: str = "") -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.label + suffix)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    def verify_same_database(self) -> None:
+        """Refuse to go on when the SQLite file was moved, replaced or lost its ``-wal`` since it was opened.
+
+        SQLite keeps writing to the files it has open; a path that now names
+        another file (or none) means the run's steps would land where nobody
+        looks. Called before every paid call, so the check costs two ``stat``s
+        per step and a detected change costs nothing.
+        """
+        if self.is_postgres:
+            return
+        if self._file_identity() != self._identity:
+            raise StoreError(f"{self.label}: the database file was moved, replaced or deleted while this "
+                             "run was driven; stopping before another paid call (the run is in the file "
+                             "that was opened)")
+        # While this process holds a connection (it has just committed), SQLite keeps the -wal in place;
+        # only the last connection to close removes it. Gone now means someone deleted it.
+        if not self.db.is_closed() and self._file_identity("-wal") is None:
+            raise StoreError(f"{self.label}-wal: the write-ahead log was deleted or replaced while this "
+                             "run was driven; stopping before another paid call")
 
     @property
     def is_postgres(self) -> bool:
@@ -435,7 +485,8 @@ class Store:
                 run = Run.create(id=run_id or uuid.uuid4().hex[:12], user_msg=user_msg, status="running",
                                  model=model, budget_tokens=budget_tokens, max_steps=max_steps,
                                  compact_at=compact_at, created_at=now, updated_at=now, owner_host=HOSTNAME,
-                                 owner_pid=os.getpid(), lease_token=token, heartbeat_at=now)
+                                 owner_pid=os.getpid(), owner_started=_OWN_START, lease_token=token,
+                                 heartbeat_at=now)
         except BaseException:
             _ACTIVE_LEASES.discard(token)
             raise
@@ -548,7 +599,8 @@ class Store:
         updates nothing; an owner that heartbeat since the read keeps its run.
         """
         now = clock.iso()
-        query = (Run.update(owner_host=HOSTNAME, owner_pid=os.getpid(), lease_token=token, heartbeat_at=now,
+        query = (Run.update(owner_host=HOSTNAME, owner_pid=os.getpid(), owner_started=_OWN_START,
+                            lease_token=token, heartbeat_at=now,
                             updated_at=now, status="running", error=None)
                  .where(Run.id == seen.id, Run.status != "done",
                         Run.lease_token.is_null() if seen.lease_token is None
@@ -607,7 +659,7 @@ class Store:
         lease.stop_heartbeat()
         _ACTIVE_LEASES.discard(lease.token)
         with self._write_tx():
-            (Run.update(owner_host=None, owner_pid=None, lease_token=None, heartbeat_at=None,
+            (Run.update(owner_host=None, owner_pid=None, owner_started=None, lease_token=None, heartbeat_at=None,
                         updated_at=clock.iso())
              .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute())
 
@@ -982,6 +1034,35 @@ DAYFLOW_TABLES = {m._meta.table_name for m in MODELS + POSTGRES_MODELS}
 _MIGRATION_LOCK_CLASS = 0x0DA7F10
 
 
+def _create_tables(store: Store) -> None:
+    """Schema 1: the tables as the models define them today (so later steps check before altering)."""
+    store.db.create_tables(MODELS + (POSTGRES_MODELS if store.is_postgres else ()))
+    if store.is_postgres:
+        ChangeCounter.insert_many([{"slot": k, "n": 0} for k in range(CHANGE_SLOTS)]).on_conflict_ignore().execute()
+
+
+def _add_owner_started(store: Store) -> None:
+    """Schema 2: the lease owner's process start time (pid reuse)."""
+    column = Run.owner_started.column_name
+    if column not in {c.name for c in store.db.get_columns(Run._meta.table_name)}:
+        store.db.execute_sql(f'ALTER TABLE "{Run._meta.table_name}" ADD COLUMN "{column}" BIGINT')
+
+
+# The schema's history, in order: MIGRATIONS[v] takes a database from version v to v + 1.
+# A new schema change is one function appended here; SCHEMA_VERSION follows the list.
+MIGRATIONS: tuple[Callable[[Store], None], ...] = (_create_tables, _add_owner_started)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _seed_sample_tasks() -> None:
+    """The sample data's open tasks, into a database just created (data, not schema)."""
+    now = clock.iso()
+    for key, title, due_days, notes in SEED_TASKS:
+        due = (clock.today() + timedelta(days=due_days)).isoformat() if due_days is not None else None
+        Task.insert(idempotency_key=key, title=title, due=due, notes=notes or None,
+                    created_at=now).on_conflict_ignore().execute()
+
+
 def _schema_version(store: Store) -> int:
     if not store.is_postgres:
         return store.db.execute_sql("PRAGMA user_version").fetchone()[0]
@@ -1019,20 +1100,16 @@ def _migrate(store: Store, *, create: bool = True) -> None:
         version = _schema_version(store)  # re-read under the lock
         if version >= SCHEMA_VERSION:
             return
-        if version == 0:
+        created = version == 0
+        if created:
             existing = set(db.get_tables())
             if existing - DAYFLOW_TABLES:
                 hint = (" (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
                         if store.is_postgres else "")
                 raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it{hint}")
-            db.create_tables(MODELS + (POSTGRES_MODELS if store.is_postgres else ()))
-            if store.is_postgres:
-                ChangeCounter.insert_many([{"slot": k, "n": 0} for k in range(CHANGE_SLOTS)]).execute()
-            now = clock.iso()
-            for key, title, due_days, notes in SEED_TASKS:
-                due = (clock.today() + timedelta(days=due_days)).isoformat() if due_days is not None else None
-                Task.insert(idempotency_key=key, title=title, due=due, notes=notes or None,
-                            created_at=now).on_conflict_ignore().execute()
-            version = 1
-        # Future migrations go here: ``if version == 1: ...; version = 2``.
+        for migration in MIGRATIONS[version:]:
+            migration(store)
+        version = SCHEMA_VERSION
+        if created:
+            _seed_sample_tasks()
         _set_schema_version(store, version)

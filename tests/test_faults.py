@@ -218,3 +218,78 @@ def test_a_store_error_never_carries_the_key(monkeypatch, db_path):
         open_store(db_path)
     for i in range(len(key) - 11):
         assert key[i:i + 12] not in str(caught.value)
+
+
+def _record_owner(store, run_id: str, *, pid: int, started: int | None, heartbeat_age_s: float) -> None:
+    from datetime import timedelta
+
+    from dayflow_tui import clock
+
+    beat = clock.iso(clock.now() - timedelta(seconds=heartbeat_age_s))
+    Run.update(owner_host=store_module.HOSTNAME, owner_pid=pid, owner_started=started, lease_token="f" * 32,
+               heartbeat_at=beat, status="running").where(Run.id == run_id).execute()
+
+
+def test_a_reused_pid_does_not_pin_a_run(store):
+    """The recorded owner died and its pid now belongs to an unrelated live process (a real one)."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real_start = store_module.process_start_time(other.pid)
+        assert real_start is not None
+        run = store.create_run("hello", model="offline")
+        _record_owner(store, run.id, pid=other.pid, started=real_start - 1, heartbeat_age_s=1)
+        assert store_module.effective_status(store.get_run(run.id)) == "interrupted"
+        client = CountingClient()
+        assert resume(run.id, store=store, client=client).status == "done"
+        assert client.calls == 3
+        # The same pid with its true start time and a fresh beat is a live owner: refused.
+        run2 = store.create_run("hello", model="offline")
+        _record_owner(store, run2.id, pid=other.pid, started=real_start, heartbeat_age_s=1)
+        with pytest.raises(RunBusy):
+            resume(run2.id, store=store, client=CountingClient())
+        # ... and a live pid silent past the stale time is a hung owner: taken over.
+        _record_owner(store, run2.id, pid=other.pid, started=real_start, heartbeat_age_s=store_module.STALE_AFTER_S + 5)
+        assert resume(run2.id, store=store, client=CountingClient()).status == "done"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_schema_1_file_migrates_in_place_keeping_its_runs(db_path):
+    store = open_store(db_path)
+    run_brief(store, client=CountingClient())
+    before = [(r.id, r.status, r.step_count) for r in store.list_runs()]
+    store.db.execute_sql('ALTER TABLE "runs" DROP COLUMN "owner_started"')
+    store.db.execute_sql("PRAGMA user_version = 1")
+    store.close()
+    reopened = open_store(db_path)
+    assert reopened.db.execute_sql("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 2
+    assert [(r.id, r.status, r.step_count) for r in reopened.list_runs()] == before
+    assert len(reopened.list_tasks(include_done=True)) == len(store_module.SEED_TASKS) + 6  # not seeded twice
+    reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["move", "replace", "delete-wal"])
+def test_a_database_moved_or_replaced_mid_run_stops_before_the_next_paid_call(db_path, damage):
+    store = open_store(db_path)
+    moved = db_path.with_name("moved.db")
+
+    def damage_during_call(n: int) -> None:
+        if n != 1:
+            return
+        if damage == "move":
+            db_path.rename(moved)
+        elif damage == "replace":
+            db_path.rename(moved)
+            db_path.write_bytes(b"")
+        else:
+            db_path.with_name(db_path.name + "-wal").unlink()
+
+    client = _HookedClient(damage_during_call)
+    with pytest.raises(StoreError) as caught:
+        run_brief(store, client=client)
+    assert "stopping before another paid call" in str(caught.value)
+    assert client.calls == 1  # the reply bought during the damage was committed; nothing more was bought
+    [run] = store.list_runs()
+    assert [s.n for s in store.steps(run.id)] == [1]
+    store.close()
