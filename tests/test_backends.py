@@ -233,6 +233,9 @@ def test_claim_next_takes_orphans_first_and_leaves_live_stopped_and_finished_run
         make("budget000000", "budget")
         make("done00000000", "done")
         make("livepid00000", "running", owner_host=HOSTNAME, owner_pid=live.pid, lease_token="l" * 32,
+             heartbeat_at=recent)
+        # The same live pid silent since 2000: a hung owner, whose run is taken over (issue #10).
+        make("hungpid00000", "running", owner_host=HOSTNAME, owner_pid=live.pid, lease_token="g" * 32,
              heartbeat_at=old)
         make("livehost0000", "running", owner_host="far-host", owner_pid=1, lease_token="h" * 32,
              heartbeat_at=recent)
@@ -244,8 +247,8 @@ def test_claim_next_takes_orphans_first_and_leaves_live_stopped_and_finished_run
         order = []
         while (lease := store.claim_next()) is not None:
             order.append(lease.run_id)
-        assert sorted(order[:3]) == ["deadpid00000", "released0000", "stalehost000"]
-        assert order[3:] == ["queued000000"]
+        assert sorted(order[:4]) == ["deadpid00000", "hungpid00000", "released0000", "stalehost000"]
+        assert order[4:] == ["queued000000"]
     finally:
         live.kill()
         live.wait()
