@@ -106,6 +106,11 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_connection_error(exc: BaseException) -> bool:
+    """True for a ``StoreError`` whose cause a new connection may cure (a dropped session, a held lock)."""
+    return exc.__cause__ is not None and _is_transient(exc.__cause__)
+
+
 _retry_state = threading.local()
 
 
@@ -136,7 +141,10 @@ def _db_errors(method: Callable | None = None, *, retry_for: float | None = None
         def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
             outermost = getattr(_retry_state, "depth", 0) == 0
             _retry_state.depth = getattr(_retry_state, "depth", 0) + 1
-            deadline = time.monotonic() + (limit() if callable(limit) else limit)
+            window = limit() if callable(limit) else limit
+            if self.retry_for is not None and not callable(limit):
+                window = min(window, self.retry_for)  # a UI caller caps how long it may wait
+            deadline = time.monotonic() + window
             delay = _BACKOFF_FIRST_S
             attempt = 0
             try:
@@ -365,6 +373,9 @@ class Store:
     def __init__(self, db: peewee.Database, label: str):
         self.db = db
         self.label = label
+        # Caps the retry window of every call but the commits of paid work (None: RETRY_FOR_S).
+        # The dashboard sets it low: a poll that cannot reconnect at once reports and tries next tick.
+        self.retry_for: float | None = None
         # SQLite only: (device, inode) of the file as opened (verify_same_database).
         self._identity: tuple[int, int] | None = None if self.is_postgres else self._file_identity()
         database_proxy.initialize(db)

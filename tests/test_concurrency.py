@@ -169,7 +169,7 @@ def test_a_live_owner_on_this_host_keeps_the_run(db_target, tmp_path):
     run_id = interrupted_run(db_target, log)
     holder = subprocess.Popen(["sleep", "60"])
     try:
-        set_owner(db_target, run_id, host=HOST, pid=holder.pid, heartbeat_age_s=3600)  # old beat, live pid
+        set_owner(db_target, run_id, host=HOST, pid=holder.pid, heartbeat_age_s=5)  # beating, live pid
         result = dayflow("resume", run_id, db=db_target, env=cli_env(DAYFLOW_CALL_LOG=str(log)))
         assert result.returncode == 4
         assert_one_error_line(result, f"run {run_id} is being driven by pid {holder.pid} on {HOST}")

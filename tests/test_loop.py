@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dayflow_tui import loop
+from dayflow_tui import clock, loop
 from dayflow_tui.errors import ModelCallFailed, RunBusy
 from dayflow_tui.loop import resume, run_brief, wire_blocks
 from dayflow_tui.models import Run
@@ -169,7 +169,7 @@ def test_resume_refuses_a_run_held_by_a_live_process_and_takes_over_a_dead_one(s
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         Run.update(owner_host=HOSTNAME, owner_pid=holder.pid, lease_token="t" * 32,
-                   heartbeat_at="2026-01-01T00:00:00.000Z").where(Run.id == run.id).execute()
+                   heartbeat_at=clock.iso()).where(Run.id == run.id).execute()
         client = CountingClient()
         with pytest.raises(RunBusy, match=f"pid {holder.pid}"):
             resume(run.id, store=store, client=client)

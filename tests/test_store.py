@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from dayflow_tui import clock
+
 from dayflow_tui.errors import RunBusy, StoreError
 from dayflow_tui.models import Run, Step
 from dayflow_tui.store import SCHEMA_VERSION, StepRecord, open_store
@@ -170,6 +172,7 @@ def test_latest_unfinished_skips_runs_driven_by_a_live_process(store):
     Run.create(id="older0000000", user_msg="t", status="failed", model="offline",
                created_at="2026-12-01T00:00:00.000Z", updated_at="2026-12-01T00:00:00.000Z")
     Run.create(id="newer0000000", user_msg="t", status="running", model="offline", owner_host=HOSTNAME,
-               owner_pid=os.getppid(), lease_token="y" * 32, created_at="2026-12-02T00:00:00.000Z",
+               owner_pid=os.getppid(), lease_token="y" * 32, heartbeat_at=clock.iso(),
+               created_at="2026-12-02T00:00:00.000Z",
                updated_at="2026-12-02T00:00:00.000Z")
     assert store.latest_unfinished().id == "older0000000"

@@ -360,3 +360,37 @@ def test_bad_database_is_one_line_and_nonzero_exit(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("dayflow-tui: error: ") and "Traceback" not in done.stderr
     assert "not a readable Dayflow database" in lines[0]
     assert bad.read_bytes() == b"this is not sqlite" * 100
+
+
+@pytest.mark.postgres
+async def test_a_dropped_postgres_session_heals_without_a_toast_and_the_view_catches_up(pg_url):
+    import psycopg
+
+    from .conftest import PG_URL
+    from .test_faults import _cut_sessions, _pg_url_with_app
+
+    def _sessions(name: str) -> int:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                                 (name,)).fetchone()[0]
+
+    url, app_name = _pg_url_with_app(pg_url)
+    dash_store = open_store(url)
+    app = DayflowApp(dash_store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: _table(app).total == 0 or True)
+            await pilot.pause(0.6)  # at least one poll on the first session
+            for _ in range(3):  # cut the dashboard's session three times; each time it must come back
+                await wait_for(pilot, lambda: _sessions(app_name) >= 1)
+                assert _cut_sessions(app_name) >= 1
+            # Another process queues a run after the cuts: the view must catch up with it.
+            queued = subprocess.run(dayflow_cmd("brief", "--queue", "--db", pg_url), capture_output=True,
+                                    text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert queued.returncode == 0, queued.stderr
+            new_id = queued.stdout.strip().split()[-1]
+            await wait_for(pilot, lambda: new_id in _shown_ids(app))
+            assert not app._notifications, [n.message for n in app._notifications]
+            assert "reconnecting" not in app.sub_title
+    finally:
+        dash_store.close()

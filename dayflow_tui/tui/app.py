@@ -22,7 +22,7 @@ from ..errors import DayflowError, StoreError
 from ..models import Run
 from ..redaction import redact_and_cut
 from ..safe_text import one_line, printable
-from ..store import Store, effective_status, holder, open_store, owner_alive
+from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
 from . import bindings
 from .commands import DayflowCommands
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
@@ -77,7 +77,9 @@ class DayflowApp(App):
         self.client_factory = client_factory
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
+        store.retry_for = 0.5  # polls run on a timer: fail fast and try again next tick
         self.sub_title = store.short_label
+        self.reconnecting = False
 
     def on_mount(self) -> None:
         self.push_screen(RunListScreen())
@@ -92,7 +94,19 @@ class DayflowApp(App):
             self.push_screen(HelpScreen())
 
     def report_error(self, exc: BaseException) -> None:
+        if is_connection_error(exc):
+            # One state while the database is unreachable, not a toast per poll; polls go on.
+            if not self.reconnecting:
+                self.reconnecting = True
+                self.sub_title = f"{self.store.short_label} · reconnecting…"
+            return
         self.notify(printable(redact_and_cut(one_line(loop.redact(str(exc)), 1 << 20), 300)), title="Error", severity="error")
+
+    def connection_ok(self) -> None:
+        """A poll reached the database: leave the reconnecting state (the poll has caught up)."""
+        if self.reconnecting:
+            self.reconnecting = False
+            self.sub_title = self.store.short_label
 
     # -- driving runs --------------------------------------------------------
 

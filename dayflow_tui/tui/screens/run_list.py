@@ -85,6 +85,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         except Exception as exc:  # a locked or vanished database must not kill the dashboard
             self.app.report_error(exc)
             return
+        self.app.connection_ok()
         if changed:
             self._show_state()
         else:

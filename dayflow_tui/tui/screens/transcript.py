@@ -217,6 +217,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 self._draw_live()
         except DayflowError as exc:
             self.app.report_error(exc)
+        else:
+            self.app.connection_ok()
 
     def run_changed(self, run_id: str) -> None:
         if run_id == self.run_id and self.is_mounted:
