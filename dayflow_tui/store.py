@@ -428,8 +428,8 @@ class Store:
             return
         if self._file_identity() != self._identity:
             raise StoreError(f"{self.label}: the database file was moved, replaced or deleted while this "
-                             "run was driven; stopping before another paid call (the run is in the file "
-                             "that was opened)")
+                             "run was driven; stopping before another paid call (put the file back at "
+                             f"{self.label} and `dayflow resume` continues the run)")
         # While this process holds a connection (it has just committed), SQLite keeps the -wal in place;
         # only the last connection to close removes it. Gone now means someone deleted it.
         if not self.db.is_closed() and self._file_identity("-wal") is None:
