@@ -310,11 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # last resort: one line, no traceback, unless asked for
         if os.environ.get("DAYFLOW_DEBUG"):
             raise
-        from .redaction import redact, redact_and_cut
+        from .redaction import redacted_line
 
-        # Redact the whole line first, then cut: a cut made first can leave a piece of the key.
-        line = redact_and_cut(one_line(redact(str(exc)), 1 << 20), 300)
-        print(f"dayflow: internal error: {type(exc).__name__}: {line} "
+        print(f"dayflow: internal error: {type(exc).__name__}: {redacted_line(exc, 300)} "
               "(set DAYFLOW_DEBUG=1 for a traceback)", file=sys.stderr)
         return 70
 

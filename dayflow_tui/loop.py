@@ -17,7 +17,7 @@ from typing import Any, Callable
 from . import clock
 from .compaction import compact
 from .errors import DayflowError, ModelCallFailed, RunBusy
-from .redaction import redact, redact_and_cut  # noqa: F401 - redact is the front ends' import too
+from .redaction import redact_and_cut
 from .store import Lease, Store, StepRecord, step_blocks
 from .testhook import pause_point
 from .tokens import estimate_tokens

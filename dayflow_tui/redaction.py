@@ -9,6 +9,9 @@ the start of the key (8 characters or more) is removed as well.
 from __future__ import annotations
 
 import os
+import sys
+
+from .safe_text import one_line
 
 REDACTED = "[redacted]"
 # Pieces of the key shorter than this are too common to mean anything (and removing them would
@@ -45,3 +48,8 @@ def redact_and_cut(text: str, width: int) -> str:
     if key:
         cut = _strip_key_edge(cut, key)
     return cut + "…"
+
+
+def redacted_line(text: object, width: int) -> str:
+    """The first line of ``text``, printable, redacted, then cut to ``width``: the one form for error lines."""
+    return redact_and_cut(one_line(text, sys.maxsize), width)

@@ -90,13 +90,13 @@ _TRANSIENT_PG = ("connection is closed", "the connection is lost", "server close
 
 def _is_transient(exc: BaseException) -> bool:
     """A failure that a fresh connection (or a little patience) cures: the work itself was fine."""
+    psycopg = sys.modules.get("psycopg")  # imported only when a PostgreSQL URL was opened
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         text = str(exc).lower()
         if any(marker in text for marker in _TRANSIENT_SQLITE + _TRANSIENT_PG):
             return True
-        psycopg = sys.modules.get("psycopg")
         if psycopg is not None and isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
                 None, "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"):
             # Admin shutdown, crash shutdown, cannot connect now, connection exceptions;
@@ -157,13 +157,13 @@ def _db_errors(method: Callable | None = None, *, retry_for: float | None = None
                         if not _is_driver_error(exc):
                             raise
                         if outermost and _is_transient(exc) and time.monotonic() < deadline:
-                            self.drop_thread_connection()
+                            self.close_thread_connection()
                             time.sleep(min(delay, max(deadline - time.monotonic(), 0)) * random.uniform(0.5, 1.0))
                             delay = min(delay * 2, _BACKOFF_MAX_S)
                             attempt += 1
                             continue
                         if outermost and _is_transient(exc):
-                            self.drop_thread_connection()  # the next call starts on a fresh connection
+                            self.close_thread_connection()  # the next call starts on a fresh connection
                         raise StoreError(f"{self.label}: {_describe(exc)}") from exc
             finally:
                 _retry_state.depth -= 1
@@ -266,7 +266,7 @@ class Lease:
                         # A blip (dropped connection, held lock) costs one beat, never the thread:
                         # the next beat runs on a fresh connection. Only a beat that finds another
                         # token on the run marks the lease lost.
-                        self.store.drop_thread_connection()
+                        self.store.close_thread_connection()
                         continue
                     if not still_ours:
                         self.lost = True
@@ -387,11 +387,7 @@ class Store:
             self.db.close()
 
     def close_thread_connection(self) -> None:
-        """Close this thread's connection (Peewee keeps one per thread)."""
-        self.drop_thread_connection()
-
-    def drop_thread_connection(self) -> None:
-        """Forget this thread's connection, even a dead one inside a failed transaction.
+        """Close this thread's connection (Peewee keeps one per thread), even a dead one in a failed transaction.
 
         Peewee refuses to close a connection while its transaction stack is not
         empty, and a connection the server has cut can be neither rolled back

@@ -20,7 +20,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from .. import loop
 from ..errors import DayflowError, StoreError
 from ..models import Run
-from ..redaction import redact_and_cut
+from ..redaction import redact, redacted_line
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
 from . import bindings
@@ -100,7 +100,7 @@ class DayflowApp(App):
                 self.reconnecting = True
                 self.sub_title = f"{self.store.short_label} · reconnecting…"
             return
-        self.notify(printable(redact_and_cut(one_line(loop.redact(str(exc)), 1 << 20), 300)), title="Error", severity="error")
+        self.notify(redacted_line(exc, 300), title="Error", severity="error")
 
     def connection_ok(self) -> None:
         """A poll reached the database: leave the reconnecting state (the poll has caught up)."""
@@ -180,7 +180,7 @@ class DayflowApp(App):
             self.post_message(RunFinished(result))
         except Exception as exc:  # DayflowError (API, budget, busy) or a bug: either way the run stays resumable
             buffer.flush()
-            self.post_message(RunFailed(started[0] if started else None, loop.redact(str(exc))))
+            self.post_message(RunFailed(started[0] if started else None, redact(str(exc))))
         finally:
             self.store.close_thread_connection()
 
