@@ -46,7 +46,7 @@ CACHE_READ, CACHE_WRITE = 0.1, 1.25
 
 
 def _estimate(obj) -> int:
-    from dayflow_tui.tokens import estimate_tokens
+    from dayflow_tui.agent.tokens import estimate_tokens
 
     return estimate_tokens(obj)
 
@@ -57,7 +57,7 @@ def request_tokens(request: dict) -> int:
 
 def drive(tmp: Path, compact_at: int | None) -> tuple[list[dict], object, list]:
     """One 40-step run; returns (requests as sent, run, tasks)."""
-    from dayflow_tui.loop import run_brief
+    from dayflow_tui.agent.loop import run_brief
     from dayflow_tui.store import open_store
     from tests.long_run_model import STEPS, LongRunClient
 

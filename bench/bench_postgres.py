@@ -75,7 +75,7 @@ def runs_per_second(db: str, workers: int, n_runs: int, delay: float = 0.0) -> f
     ``delay``: seconds per model call (the offline model's ``DAYFLOW_OFFLINE_DELAY``), standing in
     for API latency.
     """
-    from dayflow_tui.models import Run
+    from dayflow_tui.store.models import Run
     from dayflow_tui.store import open_store
 
     store = open_store(db)
@@ -122,7 +122,7 @@ def commit_timings(rounds: int, block: int = 25) -> dict[str, list[float]]:
     The models are bound to one database at a time (``database_proxy``), so
     the backends take turns a block of steps at a time rather than step by step.
     """
-    from dayflow_tui.models import database_proxy
+    from dayflow_tui.store.models import database_proxy
     from dayflow_tui.store import open_store
 
     timings: dict[str, list[float]] = {"postgres": [], "sqlite": [], "marker postgres": [], "marker sqlite": []}

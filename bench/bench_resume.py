@@ -91,7 +91,7 @@ class FirstCallClient:
 
 def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     """In process, imports done: ``loop.resume`` (or ``run_brief``) to the first model call."""
-    from dayflow_tui import loop
+    from dayflow_tui.agent import loop
     from dayflow_tui.errors import ModelCallFailed
     from dayflow_tui.store import open_store
 

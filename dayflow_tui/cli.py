@@ -148,7 +148,7 @@ def _finish(result) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    from .loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
+    from .agent.loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
 
     store = _open(args)
     if args.queue:
@@ -165,7 +165,7 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .loop import resume
+    from .agent.loop import resume
 
     store = _open(args, create=False)
     run_id = args.run_id
@@ -245,14 +245,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import threading
 
     from .store import STALE_AFTER_S
-    from .worker import work
+    from .agent.worker import work
 
     if args.delay is not None:
         os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
     store = _open(args)
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
     # says it is ready, not inside its first run.
-    from . import offline  # noqa: F401
+    from .agent import offline  # noqa: F401
 
     stop = threading.Event()
     # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.

@@ -13,7 +13,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from .safe_text import printable
-from .transcript import build_steps
+from .agent.transcript import build_steps
 
 
 def _safe(text: object, style: str = "") -> Text:

@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dayflow_tui.offline import OfflineClient  # noqa: E402
+from dayflow_tui.agent.offline import OfflineClient  # noqa: E402
 from dayflow_tui.store import open_store  # noqa: E402
 from dayflow_tui.tui import demo_data  # noqa: E402
 from dayflow_tui.tui.app import DayflowApp  # noqa: E402

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pytest
 
-from dayflow_tui.offline import OfflineClient
+from dayflow_tui.agent.offline import OfflineClient
 from dayflow_tui.store import open_store
 
 BIN = Path(sys.executable).parent

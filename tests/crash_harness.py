@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from dayflow_tui import sample_data
-from dayflow_tui.offline import asks_for_action
+from dayflow_tui.agent import sample_data
+from dayflow_tui.agent.offline import asks_for_action
 
 from .conftest import dayflow_cmd
 from .loopback_api import LoopbackAPI

@@ -19,7 +19,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from dayflow_tui.offline import OfflineClient
+from dayflow_tui.agent.offline import OfflineClient
 
 # A reply plan entry: (status, headers, body dict) returned instead of a model answer.
 Reply = tuple[int, dict, dict]

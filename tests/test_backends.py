@@ -14,8 +14,8 @@ import pytest
 from dayflow_tui import clock
 from dayflow_tui import store as store_module
 from dayflow_tui.errors import RunBusy, StoreError
-from dayflow_tui.models import Run, Step, StoreMeta, Task
-from dayflow_tui.sample_data import SEED_TASKS
+from dayflow_tui.store.models import Run, Step, StoreMeta, Task
+from dayflow_tui.store.sample_tasks import SEED_TASKS
 from dayflow_tui.store import HOSTNAME, SCHEMA_VERSION, StepRecord, dumps, is_url, open_store, safe_url
 
 pg_only = pytest.mark.postgres
@@ -92,7 +92,7 @@ def test_postgres_with_foreign_tables_or_no_tables_is_refused(pg_url):
 
 _OPEN_AND_COUNT = textwrap.dedent("""
     import sys
-    from dayflow_tui.models import Task
+    from dayflow_tui.store.models import Task
     from dayflow_tui.store import open_store
     store = open_store(sys.argv[1])
     print(Task.select().count())
@@ -255,7 +255,7 @@ def test_claim_next_takes_orphans_first_and_leaves_live_stopped_and_finished_run
 
 
 def test_a_nul_in_a_tool_argument_is_an_error_result_on_both_backends(store):
-    from dayflow_tui.tools import ToolContext, run_tools
+    from dayflow_tui.agent.tools import ToolContext, run_tools
 
     run = store.create_run("t", model="offline", run_id="nul000000000")
     call = {"type": "tool_use", "id": "t1", "name": "create_task",

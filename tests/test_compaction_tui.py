@@ -7,8 +7,8 @@ import json
 import pytest
 from textual.widgets import TextArea
 
-from dayflow_tui import loop
-from dayflow_tui.compaction import SUMMARY_PREFIX
+from dayflow_tui.agent import loop
+from dayflow_tui.agent.compaction import SUMMARY_PREFIX
 from dayflow_tui.tui.app import DayflowApp
 from dayflow_tui.tui.screens.transcript import TranscriptScreen
 from dayflow_tui.tui.widgets.run_table import RunTable

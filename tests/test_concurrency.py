@@ -35,7 +35,7 @@ def set_owner(db, run_id: str, *, host: str, pid: int, heartbeat_age_s: float) -
     store = open_store(db)
     try:
         beat = clock.iso(clock.now() - timedelta(seconds=heartbeat_age_s))
-        from dayflow_tui.models import Run
+        from dayflow_tui.store.models import Run
 
         Run.update(owner_host=host, owner_pid=pid, lease_token="f" * 32, heartbeat_at=beat,
                    status="running").where(Run.id == run_id).execute()

@@ -16,8 +16,8 @@ import pytest
 
 from dayflow_tui import store as store_module
 from dayflow_tui.errors import RunBusy, StoreError
-from dayflow_tui.loop import resume, run_brief
-from dayflow_tui.models import Run, Step
+from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.store.models import Run, Step
 from dayflow_tui.redaction import redact_and_cut
 from dayflow_tui.store import StepRecord, open_store
 
@@ -307,7 +307,7 @@ def test_chaos_worker_pool_with_connections_cut_and_a_worker_killed(pg_url, tmp_
     import random
     import signal
 
-    from dayflow_tui.models import Task
+    from dayflow_tui.store.models import Task
 
     from .conftest import dayflow_cmd
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from dayflow_tui.errors import ModelCallFailed
-from dayflow_tui.loop import resume, run_brief
+from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.store import step_blocks
 
 from .loopback_api import FAKE_KEY, LoopbackAPI, drop, error_reply, hang, message_reply

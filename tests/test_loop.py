@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from dayflow_tui import clock, loop
+from dayflow_tui import clock
+from dayflow_tui.agent import loop
 from dayflow_tui.errors import ModelCallFailed, RunBusy
-from dayflow_tui.loop import resume, run_brief, wire_blocks
-from dayflow_tui.models import Run
+from dayflow_tui.agent.loop import resume, run_brief, wire_blocks
+from dayflow_tui.store.models import Run
 from dayflow_tui.store import HOSTNAME, effective_status
 
 from .conftest import CountingClient
@@ -210,7 +211,7 @@ def test_wire_blocks_keep_thinking_and_add_no_fields():
 
 
 def test_bad_tool_input_becomes_an_error_result_and_the_run_goes_on(store):
-    from dayflow_tui.tools import ToolContext, run_tools
+    from dayflow_tui.agent.tools import ToolContext, run_tools
     from dayflow_tui import clock
     import json
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from dayflow_tui.errors import ModelCallFailed
-from dayflow_tui.loop import resume, run_brief
+from dayflow_tui.agent.loop import resume, run_brief
 
 from .loopback_api import LoopbackAPI
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dayflow_tui.loop import run_brief
+from dayflow_tui.agent.loop import run_brief
 
 from .conftest import dayflow_cmd
 

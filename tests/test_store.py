@@ -15,7 +15,7 @@ import pytest
 from dayflow_tui import clock
 
 from dayflow_tui.errors import RunBusy, StoreError
-from dayflow_tui.models import Run, Step
+from dayflow_tui.store.models import Run, Step
 from dayflow_tui.store import SCHEMA_VERSION, StepRecord, open_store
 
 

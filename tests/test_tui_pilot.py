@@ -14,7 +14,7 @@ from textual.widgets import OptionList, TextArea
 from .tui_helpers import SIZE, TUI_BIN, GateClient, screen_text, wait_for
 
 from .conftest import CountingClient, dayflow_cmd
-from dayflow_tui import loop
+from dayflow_tui.agent import loop
 from dayflow_tui.store import effective_status, open_store, owner_alive
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp

@@ -15,7 +15,7 @@ import pytest
 from textual.widgets import OptionList
 from .tui_helpers import SIZE, GateClient, SteadyTimer, footer_ready, wait_for
 
-from dayflow_tui import loop
+from dayflow_tui.agent import loop
 from dayflow_tui.store import open_store
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp

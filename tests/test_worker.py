@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from dayflow_tui.loop import run_brief
-from dayflow_tui.models import Run, Step, Task
+from dayflow_tui.agent.loop import run_brief
+from dayflow_tui.store.models import Run, Step, Task
 from dayflow_tui.store import open_store
-from dayflow_tui.worker import work
+from dayflow_tui.agent.worker import work
 
 from .conftest import CountingClient, dayflow_cmd
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dayflow_tui.offline import OfflineClient
+from dayflow_tui.agent.offline import OfflineClient
 from dayflow_tui.tui.pilot_support import wait_until
 
 TUI_BIN = Path(sys.executable).parent / "dayflow-tui"

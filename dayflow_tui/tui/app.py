@@ -17,9 +17,9 @@ from textual import on, work
 from textual.app import App
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from .. import loop
+from ..agent import loop
 from ..errors import DayflowError, StoreError
-from ..models import Run
+from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive

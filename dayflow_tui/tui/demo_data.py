@@ -14,9 +14,9 @@ import os
 from datetime import datetime, timedelta
 from typing import Iterator
 
-from .. import loop
+from ..agent import loop
 from ..errors import ModelCallFailed
-from ..offline import OfflineClient
+from ..agent.offline import OfflineClient
 from ..store import Lease, StepRecord, Store
 
 BASE_TIME = datetime(2026, 12, 2, 8, 0, 0)

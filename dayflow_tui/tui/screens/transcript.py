@@ -18,12 +18,12 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, OptionList, Sparkline, Static, TextArea
 from textual.widgets.option_list import Option
 
-from ... import loop
+from ...agent import loop
 from ...errors import DayflowError
-from ...models import Run
+from ...store.models import Run
 from ...safe_text import one_line, printable
 from ...store import effective_status
-from ...transcript import StepView, build_steps
+from ...agent.transcript import StepView, build_steps
 from .. import bindings, formatting
 from ..widgets.step_detail import StepDetail
 

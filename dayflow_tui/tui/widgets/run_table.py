@@ -20,7 +20,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ...models import Run
+from ...store.models import Run
 from ...safe_text import one_line
 from ...store import Store, effective_status
 from .. import formatting

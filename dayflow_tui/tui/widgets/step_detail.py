@@ -12,9 +12,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Collapsible, Markdown, Rule, Static
 
-from ...models import Run
+from ...store.models import Run
 from ...safe_text import printable
-from ...transcript import StepView, ToolCall
+from ...agent.transcript import StepView, ToolCall
 from .. import formatting
 
 

@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import clock
+from .. import clock
 from .compaction import compact
-from .errors import DayflowError, ModelCallFailed, RunBusy
-from .redaction import redact_and_cut
-from .store import Lease, Store, StepRecord, step_blocks
-from .testhook import pause_point
+from ..errors import DayflowError, ModelCallFailed, RunBusy
+from ..redaction import redact_and_cut
+from ..store import Lease, Store, StepRecord, step_blocks
+from ..testhook import pause_point
 from .tokens import estimate_tokens
 from .tools import TOOL_SCHEMAS, ToolContext, cut_off_results, run_tools
 

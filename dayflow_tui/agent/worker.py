@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import DayflowError, ModelCallFailed, RunBusy, StoreError
+from ..errors import DayflowError, ModelCallFailed, RunBusy, StoreError
 from .loop import OnStep, RunResult, resume
-from .store import STALE_AFTER_S, Store
+from ..store import STALE_AFTER_S, Store
 
 
 @dataclass

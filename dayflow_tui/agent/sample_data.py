@@ -62,11 +62,6 @@ _EVENTS = [
 ]
 
 # Tasks a new database starts with (the person's own, not the agent's).
-SEED_TASKS = [
-    ("seed-1", "Renew passport", 14, "Appointment needed at the Bürgeramt."),
-    ("seed-2", "Write Q1 OKR draft", 7, ""),
-    ("seed-3", "Book dentist", None, ""),
-]
 
 
 def _at(today: date, days: int, hhmm: str) -> str:

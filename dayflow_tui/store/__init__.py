@@ -28,12 +28,12 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase, fn
 
-from . import clock
-from .errors import RunBusy, RunNotFound, StoreError
-from .redaction import redact_and_cut
+from .. import clock
+from ..errors import RunBusy, RunNotFound, StoreError
+from ..redaction import redact_and_cut
 from .models import MODELS, POSTGRES_MODELS, ChangeCounter, Run, Step, StoreMeta, Task, database_proxy
-from .sample_data import SEED_TASKS
-from .testhook import pause_point
+from .sample_tasks import SEED_TASKS
+from ..testhook import pause_point
 
 FINISHED = ("done",)
 RESUMABLE = ("running", "failed", "budget", "queued")

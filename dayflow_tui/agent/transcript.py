@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .store import step_blocks
+from ..store import step_blocks
 
 
 @dataclass

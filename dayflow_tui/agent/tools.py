@@ -14,8 +14,8 @@ from datetime import date
 from typing import Any, Callable
 
 from . import sample_data
-from .store import Store
-from .testhook import pause_point
+from ..store import Store
+from ..testhook import pause_point
 
 TOOL_SCHEMAS: list[dict] = [
     {
