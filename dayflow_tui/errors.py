@@ -27,3 +27,9 @@ class ModelCallFailed(DayflowError):
     """The model API failed after the SDK's own retries; the run stays resumable."""
 
     exit_code = 5
+
+
+class UsageError(DayflowError):
+    """A command line, setting or input that cannot be used (``EX_USAGE``); nothing was written."""
+
+    exit_code = 64

@@ -1,0 +1,239 @@
+"""One settings value for the whole process: defaults, then the config file, then the environment, then flags.
+
+Every tunable of Dayflow is a field of ``Settings``. It is read once
+(``current()``), validated as it is read (a bad value is one clear line,
+``SettingsError``, before anything is opened or written) and passed down;
+no module reads ``DAYFLOW_*`` variables or writes ``os.environ`` to hand a
+value to another module.
+
+Layers, later ones winning:
+
+1. defaults (below);
+2. the config file, TOML: ``$DAYFLOW_CONFIG``, else ``config.toml`` in the
+   user's config directory (``platformdirs``: ``~/.config/dayflow/`` on Linux);
+3. environment variables (``DAYFLOW_MODEL``, ``DAYFLOW_COMPACT_AT``, ...);
+4. command-line flags (``with_overrides``).
+
+The API key is never a setting: the SDK reads ``ANTHROPIC_API_KEY`` from the
+environment itself, and Dayflow only asks whether it is there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+DEFAULT_API_MODEL = "claude-sonnet-5-5"
+OFFLINE_MODEL = "offline"
+
+
+class SettingsError(UsageError):
+    """A setting's value cannot be used (a bad number, an unreadable config file)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # The database: a file path or a URL; None means the default file in the data directory.
+    db: str | None = None
+    # The model runs use when none is named; None means the API default with a key, else offline.
+    model: str | None = None
+    # Compact a request when its estimate passes this many tokens; None means off.
+    compact_at: int | None = None
+    # The SDK's own retries and timeout (None: the SDK's defaults).
+    api_max_retries: int | None = None
+    api_timeout_s: float | None = None
+    # Seconds the offline model waits per call (to watch a run in the dashboard).
+    offline_delay_s: float = 0.0
+    # This host's name in leases; set it where host names repeat (containers on several machines).
+    hostname: str = field(default_factory=socket.gethostname)
+    # How long the commit of a paid reply keeps trying before the reply goes to the spool file.
+    commit_retry_s: float = 120.0
+    # Where Dayflow keeps its default database and its spool of replies that could not be committed.
+    data_dir: Path | None = None
+    state_dir: Path | None = None
+    # Test hook: append "pid messages time" per offline call to this file.
+    call_log: str | None = None
+    debug: bool = False
+    # Where the values came from (the config file's path, when one was read).
+    config_file: Path | None = None
+    # Whether ANTHROPIC_API_KEY is set (the key itself is never held here).
+    has_api_key: bool = False
+
+    def with_overrides(self, **values: Any) -> "Settings":
+        """These settings with flags applied; a None value leaves the setting as it is."""
+        chosen = {k: v for k, v in values.items() if v is not None}
+        return dataclasses.replace(self, **chosen) if chosen else self
+
+    @property
+    def default_model(self) -> str:
+        return self.model or (DEFAULT_API_MODEL if self.has_api_key else OFFLINE_MODEL)
+
+    @property
+    def data_home(self) -> Path:
+        if self.data_dir is not None:
+            return self.data_dir
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("dayflow", appauthor=False))
+
+    @property
+    def state_home(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        import platformdirs
+
+        return Path(platformdirs.user_state_dir("dayflow", appauthor=False))
+
+    @property
+    def default_db_path(self) -> Path:
+        return self.data_home / "dayflow.db"
+
+
+# Environment variable -> (field, parser). Parsers raise ValueError with the reason.
+def _tokens_or_off(raw: str) -> int | None:
+    text = raw.strip().lower()
+    if text in ("", "off", "0"):
+        return None
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _whole(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError("must be a whole number")
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must not be negative")
+    if value > 1_000_000:
+        raise ValueError("is too large")
+    return value
+
+
+def _seconds(raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise ValueError("must be a number of seconds")
+    value = float(raw)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be a finite number of seconds, 0 or more")
+    if value > 86_400 * 365:
+        raise ValueError("is too large")
+    return value
+
+
+def _text(raw: Any) -> str | None:
+    if not isinstance(raw, str):
+        raise ValueError("must be text")
+    return raw.strip() or None
+
+
+def _flag(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    return str(raw).strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _path(raw: Any) -> Path | None:
+    text = _text(raw)
+    return Path(text).expanduser() if text else None
+
+
+_FIELDS: dict[str, tuple[str, Any]] = {
+    # setting: (environment variable, parser)
+    "db": ("DAYFLOW_DB", _text),
+    "model": ("DAYFLOW_MODEL", _text),
+    "compact_at": ("DAYFLOW_COMPACT_AT", lambda raw: _tokens_or_off(str(raw))),
+    "api_max_retries": ("DAYFLOW_API_MAX_RETRIES", _whole),
+    "api_timeout_s": ("DAYFLOW_API_TIMEOUT", _seconds),
+    "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: _seconds(raw) if str(raw).strip() else 0.0),
+    "hostname": ("DAYFLOW_HOSTNAME", _text),
+    "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", _seconds),
+    "data_dir": ("DAYFLOW_DATA_DIR", _path),
+    "state_dir": ("DAYFLOW_STATE_DIR", _path),
+    "call_log": ("DAYFLOW_CALL_LOG", _text),
+    "debug": ("DAYFLOW_DEBUG", _flag),
+}
+
+
+def config_path(env: Mapping[str, str]) -> Path:
+    given = env.get("DAYFLOW_CONFIG")
+    if given:
+        return Path(given).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("dayflow", appauthor=False)) / "config.toml"
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):  # [section] key = value is the same as section_key = value
+            for inner, inner_value in value.items():
+                flat[f"{key}_{inner}"] = inner_value
+        else:
+            flat[key] = value
+    return flat
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the config file and the environment, validated."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = config_path(env)
+    for key, raw in _read_config(path).items():
+        if key not in _FIELDS:
+            raise SettingsError(f"config file {path}: unknown setting {key!r} "
+                                f"(known: {', '.join(sorted(_FIELDS))})")
+        try:
+            values[key] = _FIELDS[key][1](raw)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(f"config file {path}: {key} {exc}") from None
+    for key, (variable, parse) in _FIELDS.items():
+        raw = env.get(variable)
+        if raw is None:
+            continue
+        try:
+            values[key] = parse(raw)
+        except (ValueError, TypeError) as exc:
+            shown = raw if len(raw) <= 40 else raw[:40] + "…"
+            raise SettingsError(f"{variable}={shown!r}: {exc}") from None
+    if values.get("hostname") is None:
+        values.pop("hostname", None)
+    values["has_api_key"] = bool(env.get("ANTHROPIC_API_KEY"))
+    values["config_file"] = path if path.exists() else None
+    return Settings(**values)
+
+
+_cached: tuple[tuple, Settings] | None = None
+
+
+def _fingerprint() -> tuple:
+    names = [variable for variable, _parse in _FIELDS.values()] + ["DAYFLOW_CONFIG", "ANTHROPIC_API_KEY",
+                                                                    "XDG_DATA_HOME", "XDG_CONFIG_HOME",
+                                                                    "XDG_STATE_HOME"]
+    return tuple(os.environ.get(name) is not None and hash(os.environ.get(name)) for name in names)
+
+
+def current() -> Settings:
+    """The process's settings, read once (read again only if the environment itself changed, as in tests)."""
+    global _cached
+    stamp = _fingerprint()
+    if _cached is None or _cached[0] != stamp:
+        _cached = (stamp, load())
+    return _cached[1]
