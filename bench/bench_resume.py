@@ -38,6 +38,7 @@ def _first_call_seconds(argv: list[str], log: Path) -> float:
 
 def build_fixtures(tmp: Path) -> dict:
     """Pristine databases: an empty one for fresh starts and one per resume length."""
+    from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
     fixtures = {}
@@ -93,6 +94,7 @@ def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     """In process, imports done: ``loop.resume`` (or ``run_brief``) to the first model call."""
     from dayflow_tui.agent import loop
     from dayflow_tui.errors import ModelCallFailed
+    from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
     timings: dict = {key: [] for key in fixtures}
@@ -140,9 +142,9 @@ def rebuild(fixtures: dict, rounds: int) -> tuple[list[float], list[float]]:
     path, run_id = fixtures[1_000]
     store = open_store(path)
     raw = RawRebuild(path)
-    if store.rebuild_messages(run_id) != raw(run_id):
+    if rebuild_messages(store, run_id) != raw(run_id):
         raise RuntimeError("rebuild_messages and the raw rebuild disagree")
-    ours_t, raw_t = interleaved(lambda: store.rebuild_messages(run_id), lambda: raw(run_id),
+    ours_t, raw_t = interleaved(lambda: rebuild_messages(store, run_id), lambda: raw(run_id),
                                 rounds=rounds, warmup=2)
     raw.conn.close()
     store.close()

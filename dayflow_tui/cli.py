@@ -7,8 +7,9 @@ import os
 import sys
 from typing import Sequence
 
-from .errors import DayflowError
+from .errors import DayflowError, UsageError
 from .safe_text import one_line, printable, printable_json
+from .store.status import RunStatus
 
 
 def _positive_int(text: str) -> int:
@@ -32,10 +33,10 @@ def _seconds(text: str) -> float:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line, like every other error."""
+    """Usage errors are one line, like every other error, and exit 64 (EX_USAGE)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(UsageError.exit_code, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _compact_threshold(text: str) -> int:
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
     runs.add_argument("--limit", type=_positive_int, default=50)
-    runs.add_argument("--status", choices=["queued", "running", "done", "failed", "budget"])
+    runs.add_argument("--status", choices=[s.value for s in RunStatus])
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -101,18 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", parents=[common], help="print a run's transcript")
     show.add_argument("run_id", metavar="RUN_ID")
     show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
+
+    sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     return parser
 
 
-def _open(args: argparse.Namespace, *, create: bool = True):
+def _open(args: argparse.Namespace, *, create: bool = True, upgrade: bool = True):
     from .store import open_store
 
-    return open_store(args.db, create=create)
+    return open_store(args.db, create=create, upgrade=upgrade)
 
 
-def _open_for_listing(args: argparse.Namespace):
-    """A named database (``--db``, ``$DAYFLOW_DB``) must exist, so a typo is not a new empty file."""
-    return _open(args, create=not (args.db or os.environ.get("DAYFLOW_DB")))
+def _open_for_reading(args: argparse.Namespace):
+    """Reading never writes: a named database (``--db``, ``$DAYFLOW_DB``) must exist, so a typo is not a new
+    empty file, and an older schema is not upgraded behind the reader's back."""
+    from .settings import current
+
+    return _open(args, create=not (args.db or current().db), upgrade=False)
 
 
 def _print_step(event) -> None:
@@ -196,8 +202,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from .store import effective_status
 
-    store = _open_for_listing(args)
+    store = _open_for_reading(args)
     runs = store.list_runs(limit=args.limit, status=[args.status] if args.status else None)
+    if args.status in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
+        runs = [r for r in runs if effective_status(r) == args.status]  # liveness is not in SQL
     if args.json:
         rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
                  "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
@@ -206,7 +214,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(printable_json(rows))
         return 0
     if not runs:
-        print("no runs yet; start one with: dayflow brief", file=sys.stderr)
+        if args.status:
+            print(f"no {args.status} runs", file=sys.stderr)
+        else:
+            print("no runs yet; start one with: dayflow brief", file=sys.stderr)
     for r in runs:
         line = (f"{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
                 f"tokens={r.input_tokens}/{r.output_tokens}  {printable(r.model)}")
@@ -217,7 +228,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    store = _open_for_listing(args)
+    store = _open_for_reading(args)
     tasks = store.list_tasks(include_done=args.all)
     if args.json:
         print(printable_json([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
@@ -234,7 +245,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from .render import print_transcript
 
-    store = _open(args, create=False)
+    store = _open(args, create=False, upgrade=False)
     run = store.get_run(args.run_id)
     print_transcript(run, store.steps(run.id), raw=args.raw)
     return 0
@@ -291,12 +302,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 2 if outcome.store_errors and args.once else 0
 
 
-COMMANDS = {"brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .store import SCHEMA_VERSION
+
+    store = _open(args, create=False)
+    print(f"{store.label}: schema {SCHEMA_VERSION}, up to date", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from .settings import current
+
+        current()  # every setting is checked before anything is opened or written
         return COMMANDS[args.command](args)
     except DayflowError as exc:
         print(f"dayflow: error: {printable(exc)}", file=sys.stderr)

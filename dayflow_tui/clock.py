@@ -26,3 +26,8 @@ def today() -> date:
 def iso(moment: datetime | None = None) -> str:
     """Second-resolution ISO string stored in the database."""
     return (moment or now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def is_pinned() -> bool:
+    """True when ``DAYFLOW_FAKE_NOW`` pins the clock (tests, screenshots)."""
+    return bool(os.environ.get("DAYFLOW_FAKE_NOW"))

@@ -56,6 +56,10 @@ class Settings:
     hostname: str = field(default_factory=socket.gethostname)
     # How long the commit of a paid reply keeps trying before the reply goes to the spool file.
     commit_retry_s: float = 120.0
+    # Attempts in a row that may end without a new step before a run is set failed, and the first
+    # wait between them (doubling each time): no run is ever retried in a loop.
+    max_attempts: int = 3
+    retry_backoff_s: float = 1.0
     # Where Dayflow keeps its default database and its spool of replies that could not be committed.
     data_dir: Path | None = None
     state_dir: Path | None = None
@@ -147,20 +151,23 @@ def _path(raw: Any) -> Path | None:
     return Path(text).expanduser() if text else None
 
 
-_FIELDS: dict[str, tuple[str, Any]] = {
-    # setting: (environment variable, parser)
-    "db": ("DAYFLOW_DB", _text),
-    "model": ("DAYFLOW_MODEL", _text),
-    "compact_at": ("DAYFLOW_COMPACT_AT", lambda raw: _tokens_or_off(str(raw))),
-    "api_max_retries": ("DAYFLOW_API_MAX_RETRIES", _whole),
-    "api_timeout_s": ("DAYFLOW_API_TIMEOUT", _seconds),
-    "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: _seconds(raw) if str(raw).strip() else 0.0),
-    "hostname": ("DAYFLOW_HOSTNAME", _text),
-    "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", _seconds),
-    "data_dir": ("DAYFLOW_DATA_DIR", _path),
-    "state_dir": ("DAYFLOW_STATE_DIR", _path),
-    "call_log": ("DAYFLOW_CALL_LOG", _text),
-    "debug": ("DAYFLOW_DEBUG", _flag),
+_FIELDS: dict[str, tuple[str, Any, str]] = {
+    # setting: (environment variable, parser, what it must be)
+    "db": ("DAYFLOW_DB", _text, "a file path or a database URL"),
+    "model": ("DAYFLOW_MODEL", _text, "a model name"),
+    "compact_at": ("DAYFLOW_COMPACT_AT", lambda raw: _tokens_or_off(str(raw)), "a number of tokens or 'off'"),
+    "api_max_retries": ("DAYFLOW_API_MAX_RETRIES", _whole, "a number of retries"),
+    "api_timeout_s": ("DAYFLOW_API_TIMEOUT", _seconds, "a number of seconds"),
+    "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: _seconds(raw) if str(raw).strip() else 0.0,
+                        "a number of seconds"),
+    "hostname": ("DAYFLOW_HOSTNAME", _text, "a host name"),
+    "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", _seconds, "a number of seconds"),
+    "max_attempts": ("DAYFLOW_MAX_ATTEMPTS", lambda raw: max(1, _whole(raw)), "a number of attempts"),
+    "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", _seconds, "a number of seconds"),
+    "data_dir": ("DAYFLOW_DATA_DIR", _path, "a directory"),
+    "state_dir": ("DAYFLOW_STATE_DIR", _path, "a directory"),
+    "call_log": ("DAYFLOW_CALL_LOG", _text, "a file path"),
+    "debug": ("DAYFLOW_DEBUG", _flag, "1 or 0"),
 }
 
 
@@ -191,6 +198,10 @@ def _read_config(path: Path) -> dict[str, Any]:
     return flat
 
 
+def _shown(raw: Any) -> Any:
+    return raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "…"
+
+
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from the config file and the environment, validated."""
     env = os.environ if env is None else env
@@ -202,17 +213,16 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
                                 f"(known: {', '.join(sorted(_FIELDS))})")
         try:
             values[key] = _FIELDS[key][1](raw)
-        except (ValueError, TypeError) as exc:
-            raise SettingsError(f"config file {path}: {key} {exc}") from None
-    for key, (variable, parse) in _FIELDS.items():
+        except (ValueError, TypeError):
+            raise SettingsError(f"config file {path}: {key} must be {_FIELDS[key][2]}, got {_shown(raw)!r}") from None
+    for key, (variable, parse, meaning) in _FIELDS.items():
         raw = env.get(variable)
         if raw is None:
             continue
         try:
             values[key] = parse(raw)
-        except (ValueError, TypeError) as exc:
-            shown = raw if len(raw) <= 40 else raw[:40] + "…"
-            raise SettingsError(f"{variable}={shown!r}: {exc}") from None
+        except (ValueError, TypeError):
+            raise SettingsError(f"{variable} must be {meaning}, got {_shown(raw)!r}") from None
     if values.get("hostname") is None:
         values.pop("hostname", None)
     values["has_api_key"] = bool(env.get("ANTHROPIC_API_KEY"))
@@ -224,7 +234,7 @@ _cached: tuple[tuple, Settings] | None = None
 
 
 def _fingerprint() -> tuple:
-    names = [variable for variable, _parse in _FIELDS.values()] + ["DAYFLOW_CONFIG", "ANTHROPIC_API_KEY",
+    names = [variable for variable, _parse, _meaning in _FIELDS.values()] + ["DAYFLOW_CONFIG", "ANTHROPIC_API_KEY",
                                                                     "XDG_DATA_HOME", "XDG_CONFIG_HOME",
                                                                     "XDG_STATE_HOME"]
     return tuple(os.environ.get(name) is not None and hash(os.environ.get(name)) for name in names)

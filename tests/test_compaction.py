@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX, compact, estimate_tokens, pairs_of, summarised_calls
 from dayflow_tui.errors import DayflowError
 from dayflow_tui.agent.loop import build_request, next_request_preview, prepare_messages, resume, run_brief
@@ -58,7 +59,7 @@ def test_estimate_tokens_is_the_shared_one():
 
 def test_below_the_threshold_the_same_object_comes_back(store):
     result, _client = long_run(store, steps=12)
-    history = store.rebuild_messages(result.run_id)
+    history = rebuild_messages(store, result.run_id)
     size = estimate_tokens(history)
     assert compact(history, threshold_tokens=size) is history
     assert compact(history, threshold_tokens=10**9) is history
@@ -74,7 +75,7 @@ def test_below_the_threshold_the_same_object_comes_back(store):
 @pytest.mark.parametrize("keep_last", [1, 2, 3])
 def test_task_and_last_pairs_are_untouched_byte_for_byte(store, keep_last):
     result, _client = long_run(store, steps=20)
-    history = store.rebuild_messages(result.run_id)  # ends with the end_turn step
+    history = rebuild_messages(store, result.run_id)  # ends with the end_turn step
     history = history[:-1]  # a request in the middle of the run: ends with tool results
     before = copy.deepcopy(history)
     out = compact(history, keep_last=keep_last, threshold_tokens=0)
@@ -108,7 +109,7 @@ def test_a_task_given_as_blocks_keeps_those_blocks_first():
 def test_every_task_and_error_from_old_exchanges_is_in_the_summary_of_a_40_step_history(store):
     result, _client = long_run(store)
     steps = store.steps(result.run_id)
-    history = store.rebuild_messages(result.run_id)
+    history = rebuild_messages(store, result.run_id)
     assert len(pairs_of(history)) == 40
     out = compact(history, keep_last=1, threshold_tokens=THRESHOLD)
     text = summary_text(out)
@@ -147,7 +148,7 @@ def test_every_task_and_error_from_old_exchanges_is_in_the_summary_of_a_40_step_
 def test_the_summary_reads_back_as_the_calls_it_summarises(store):
     result, _client = long_run(store, steps=30)
     steps = store.steps(result.run_id)
-    history = store.rebuild_messages(result.run_id)
+    history = rebuild_messages(store, result.run_id)
     assert summarised_calls(history) == []  # not compacted: nothing summarised
     read_back = summarised_calls(compact(history, threshold_tokens=0))
     expected = []
@@ -202,7 +203,7 @@ def test_verbose_cli_says_which_requests_were_compacted(db_path):
 
 def test_every_compacted_request_of_a_run_passes_the_api_rules(store):
     result, _client = long_run(store, steps=25)
-    history = store.rebuild_messages(result.run_id)
+    history = rebuild_messages(store, result.run_id)
     checked = 0
     ends = [end for end in range(1, len(history) + 1) if history[end - 1]["role"] == "user"] + [len(history)]
     for end in ends:  # every request the run sent, and the finished history
@@ -243,7 +244,7 @@ def test_the_validator_catches_what_the_api_rejects():
 
 def test_a_trailing_end_turn_step_counts_as_a_pair_of_its_own(store):
     result, _client = long_run(store, steps=10)
-    history = store.rebuild_messages(result.run_id)
+    history = rebuild_messages(store, result.run_id)
     assert history[-1]["role"] == "assistant" and history[-2]["role"] == "user"
     pairs = pairs_of(history)
     assert len(pairs) == 10 and len(pairs[-1]) == 1
@@ -288,7 +289,7 @@ def test_thinking_in_kept_turns_goes_back_byte_for_byte_and_old_thinking_is_drop
 
 def test_a_steps_summary_depends_only_on_that_step_so_the_prefix_stays_cacheable(store):
     result, _client = long_run(store, steps=16)
-    history = store.rebuild_messages(result.run_id)[:-1]
+    history = rebuild_messages(store, result.run_id)[:-1]
     earlier = compact(history[:-2], threshold_tokens=0)
     later = compact(history, threshold_tokens=0)
     strip = [{k: v for k, v in blk.items() if k != "cache_control"} for blk in earlier[1]["content"]]
@@ -325,7 +326,7 @@ def test_a_run_with_compaction_sends_compacted_requests_and_stores_every_step_in
     steps = store.steps(run.id)
     compacted = 0
     for k, (step, request) in enumerate(zip(steps, client.requests)):
-        stored_history = store.rebuild_messages(run.id, steps[:k])
+        stored_history = rebuild_messages(store, run.id, steps[:k])
         assert step.request_est_tokens == estimate_tokens(stored_history)
         assert problems(request["messages"]) == []
         if step.request_est_tokens > THRESHOLD:
@@ -339,7 +340,7 @@ def test_a_run_with_compaction_sends_compacted_requests_and_stores_every_step_in
         assert request["messages"] == json.loads(json.dumps(prepare_messages(stored_history, THRESHOLD).messages))
     assert compacted >= 25
     # The database keeps every step in full: 40 assistant turns, every payload.
-    full = store.rebuild_messages(run.id)
+    full = rebuild_messages(store, run.id)
     assert len(full) == 1 + 2 * 39 + 1
     assert sum("Finance locks the sheet" in json.dumps(m) for m in full) == 39
     # The brief was written from the last, compacted request: every decision is still in it.
@@ -356,7 +357,7 @@ def test_next_request_preview_is_exactly_what_the_next_call_sends(store):
     assert stopped.status == "budget"
     preview = next_request_preview(store, stopped.run_id)
     assert preview.compacted and preview.est_after < preview.est_before
-    assert preview.est_before == estimate_tokens(store.rebuild_messages(stopped.run_id))
+    assert preview.est_before == estimate_tokens(rebuild_messages(store, stopped.run_id))
     assert preview.est_after == estimate_tokens(preview.messages)
     following = LongRunClient()
     resume(stopped.run_id, store=store, client=following, max_steps=21)
@@ -364,7 +365,7 @@ def test_next_request_preview_is_exactly_what_the_next_call_sends(store):
     # Without compaction the preview is the history itself.
     store.update_limits(stopped.run_id, compact_at=0)
     plain = next_request_preview(store, stopped.run_id)
-    assert not plain.compacted and plain.messages == store.rebuild_messages(stopped.run_id)
+    assert not plain.compacted and plain.messages == rebuild_messages(store, stopped.run_id)
 
 
 def test_resume_sets_or_clears_the_runs_threshold(store):
@@ -504,7 +505,7 @@ def test_cli_compact_at_flag(tmp_path, db_path):
                               timeout=60, stdin=subprocess.DEVNULL)
 
     bad = run("brief", "--compact-at", "lots")
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--compact-at" in bad.stderr
+    assert bad.returncode == 64 and len(bad.stderr.strip().splitlines()) == 1 and "--compact-at" in bad.stderr
     stopped = run("brief", "--compact-at", "30000", "--max-steps", "1")
     assert stopped.returncode == 3
     runs = json.loads(run("runs", "--json").stdout)
@@ -524,5 +525,5 @@ def test_cli_compact_at_flag(tmp_path, db_path):
         opened.close()
     env["DAYFLOW_COMPACT_AT"] = "a lot"
     refused = run("brief")
-    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+    assert refused.returncode == 64 and refused.stderr.strip().splitlines() == [
         "dayflow: error: DAYFLOW_COMPACT_AT must be a number of tokens or 'off', got 'a lot'"]

@@ -108,7 +108,7 @@ def test_sessions_cut_during_every_model_call_cost_no_second_call(pg_url):
 @pytest.mark.postgres
 def test_chaos_cuts_every_fraction_of_a_second_with_heartbeats(pg_url, monkeypatch):
     """Sessions cut every 150 ms for a whole slowed run while the heartbeat beats every 50 ms."""
-    monkeypatch.setattr(store_module, "HEARTBEAT_EVERY_S", 0.05)
+    monkeypatch.setattr(store_module.leases, "HEARTBEAT_EVERY_S", 0.05)
     url, app = _pg_url_with_app(pg_url)
     store = open_store(url)
     done = threading.Event()
@@ -263,7 +263,7 @@ def test_a_schema_1_file_migrates_in_place_keeping_its_runs(db_path):
     store.db.execute_sql("PRAGMA user_version = 1")
     store.close()
     reopened = open_store(db_path)
-    assert reopened.db.execute_sql("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 2
+    assert reopened.db.execute_sql("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 3
     assert [(r.id, r.status, r.step_count) for r in reopened.list_runs()] == before
     assert len(reopened.list_tasks(include_done=True)) == len(store_module.SEED_TASKS) + 6  # not seeded twice
     reopened.close()

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui import clock
 from dayflow_tui.agent import loop
 from dayflow_tui.errors import ModelCallFailed, RunBusy
@@ -59,7 +60,7 @@ def test_rebuilt_messages_equal_what_each_call_sent(store):
     steps = store.steps(result.run_id)
     assert client.calls == len(steps) == 3
     for k, request in enumerate(client.requests):
-        assert store.rebuild_messages(result.run_id, steps[:k]) == request["messages"], f"call {k + 1}"
+        assert rebuild_messages(store, result.run_id, steps[:k]) == request["messages"], f"call {k + 1}"
 
 
 def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
@@ -81,7 +82,7 @@ def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
     pending = store.steps("aaaaaaaaaaaa")[-1]
     assert pending.n == 2 and pending.tool_results is None
     # rebuild_messages never emits a tool_use without its results.
-    assert len(store.rebuild_messages("aaaaaaaaaaaa")) == 3
+    assert len(rebuild_messages(store, "aaaaaaaaaaaa")) == 3
 
     monkeypatch.setattr(loop, "run_tools", real_run_tools)
     second = CountingClient()

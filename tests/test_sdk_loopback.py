@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.errors import ModelCallFailed
 from dayflow_tui.agent.loop import resume, run_brief
 
@@ -32,7 +33,7 @@ def test_real_sdk_run_stores_the_wire_blocks_and_resends_them_verbatim(store, ap
     # Request k+1 carries step k's assistant turn exactly as stored: no added fields such as caller: null.
     for k in range(2):
         sent_back = api.requests[k + 1]["messages"][-2]["content"]
-        assert sent_back == store.rebuild_messages(result.run_id, steps[: k + 1])[-2]["content"]
+        assert sent_back == rebuild_messages(store, result.run_id, steps[: k + 1])[-2]["content"]
         assert all("caller" not in block for block in sent_back)
     assert api.requests[0]["cache_control"] == {"type": "ephemeral"}
     if store.is_postgres:  # no file to read: every row of every table, as text

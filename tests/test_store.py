@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui import clock
 
 from dayflow_tui.errors import RunBusy, StoreError
@@ -83,10 +84,10 @@ def test_rebuild_leaves_out_a_step_whose_tools_have_not_run(store):
     run = store.create_run("the task", model="offline")
     use = {"type": "tool_use", "id": "t1", "name": "read_inbox", "input": {}}
     store.append_step(run.id, StepRecord(n=1, stop_reason="tool_use", assistant=[use]))
-    assert store.rebuild_messages(run.id) == [{"role": "user", "content": "the task"}]
+    assert rebuild_messages(store, run.id) == [{"role": "user", "content": "the task"}]
     results = [{"type": "tool_result", "tool_use_id": "t1", "content": "{}"}]
     store.set_tool_results(run.id, 1, results)
-    assert store.rebuild_messages(run.id) == [{"role": "user", "content": "the task"},
+    assert rebuild_messages(store, run.id) == [{"role": "user", "content": "the task"},
                                               {"role": "assistant", "content": [use]},
                                               {"role": "user", "content": results}]
     with pytest.raises(StoreError, match="already recorded"):
@@ -98,7 +99,7 @@ def test_stored_blocks_round_trip_exactly(store):
     blocks = [{"type": "thinking", "thinking": "ünïcode ✓ [bold]x[/] \u202eRTL", "signature": "a/b+c=="},
               {"type": "text", "text": "\x1b]0;title\x07 emoji 🚀", "citations": None}]
     store.append_step(run.id, StepRecord(n=1, stop_reason="end_turn", assistant=blocks))
-    assert store.rebuild_messages(run.id)[1]["content"] == blocks
+    assert rebuild_messages(store, run.id)[1]["content"] == blocks
 
 
 def test_malformed_json_row_is_one_clear_error(store):
@@ -106,7 +107,7 @@ def test_malformed_json_row_is_one_clear_error(store):
     store.append_step(run.id, _step(1))
     Step.update(assistant="{not json").where(Step.run == run.id).execute()
     with pytest.raises(StoreError, match=f"run {run.id} step 1: stored assistant JSON is malformed"):
-        store.rebuild_messages(run.id)
+        rebuild_messages(store, run.id)
 
 
 def test_not_a_database_is_refused_without_changing_it(tmp_path):

@@ -14,6 +14,7 @@ from textual.widgets import OptionList, TextArea
 from .tui_helpers import SIZE, TUI_BIN, GateClient, screen_text, wait_for
 
 from .conftest import CountingClient, dayflow_cmd
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.agent import loop
 from dayflow_tui.store import effective_status, open_store, owner_alive
 from dayflow_tui.tui import demo_data
@@ -179,7 +180,7 @@ async def test_quitting_while_a_run_is_driven_leaves_it_resumable(store):
     run = store.get_run("run-crash-001")
     assert gate.calls == 1 and run.step_count == 2
     assert run.status == "running" and effective_status(run) == "interrupted"
-    store.rebuild_messages(run.id)  # consistent: every tool_use has its results
+    rebuild_messages(store, run.id)  # consistent: every tool_use has its results
     counting = CountingClient()
     result = loop.resume(run.id, store=store, client=counting)
     assert result.status == "done" and counting.calls == OFFLINE_STEPS - 2

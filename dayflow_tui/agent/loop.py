@@ -9,17 +9,18 @@ through the ``on_step`` callback.
 from __future__ import annotations
 
 import os
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import clock
-from .compaction import compact
+from .. import clock, settings
 from ..errors import DayflowError, ModelCallFailed, RunBusy
 from ..redaction import redact_and_cut
-from ..store import Lease, Store, StepRecord, step_blocks
+from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, spool_reply, step_blocks
 from ..testhook import pause_point
+from .compaction import compact
+from .messages import HistoryError, messages_from, rebuild_messages
+from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
 from .tokens import estimate_tokens
 from .tools import TOOL_SCHEMAS, ToolContext, cut_off_results, run_tools
 
@@ -106,7 +107,7 @@ def prepare_messages(history: list[dict], compact_at: int | None) -> RequestPrev
 def next_request_preview(store: Store, run_id: str) -> RequestPreview:
     """Exactly the message list the run's next call would send (for the dashboard)."""
     run = store.get_run(run_id)
-    return prepare_messages(store.rebuild_messages(run.id), run.compact_at)
+    return prepare_messages(rebuild_messages(store, run.id), run.compact_at)
 
 
 def default_compact_at() -> int | None:
@@ -142,8 +143,8 @@ def make_client(model: str) -> Any:
 
         return OfflineClient()
     if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise DayflowError(f"model {model!r} needs ANTHROPIC_API_KEY in the environment "
-                           f"(or use --model {OFFLINE_MODEL})")
+        raise DayflowError(f"model {model[:80]!r} needs ANTHROPIC_API_KEY in the environment (export it and "
+                           f"run the command again, or start an offline run: dayflow brief --model {OFFLINE_MODEL})")
     options = _sdk_options()
     import anthropic
 
@@ -189,39 +190,15 @@ def wire_blocks(response: Any) -> list[dict]:
     """
     blocks = [block.to_dict(mode="json") if hasattr(block, "to_dict") else dict(block)
               for block in (getattr(response, "content", None) or [])]
-    return _mend_surrogates(blocks)
+    return mend_surrogates(blocks)
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _mend_surrogates(value: Any) -> Any:
-    """Lone surrogates (a JSON ``\\udcff`` escape: bytes that were never UTF-8) become U+FFFD.
-
-    They cannot be stored as UTF-8 text, printed or sent back; left in, the
-    paid response could never be committed and every resume would fail on it.
-    """
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_mend_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {_mend_surrogates(k): _mend_surrogates(v) for k, v in value.items()}
-    return value
-
-
-def _usage(response: Any) -> tuple[int, int, int, int]:
-    usage = getattr(response, "usage", None)
-    uncached = getattr(usage, "input_tokens", None) or 0
-    cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
-    cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
-    # input_tokens means the whole input of the call: uncached + cache writes + cache reads.
-    return uncached + cache_write + cache_read, getattr(usage, "output_tokens", None) or 0, cache_write, cache_read
-
-
-def _call_model(client: Any, request: dict) -> Any:
+def _call_model(client: Any, request: dict) -> str:
+    """One paid call; returns the reply body as received (the SDK's raw HTTP body where it has one)."""
     try:
-        return client.messages.create(**request)
+        raw_api = getattr(client.messages, "with_raw_response", None)
+        response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
+        return body_text(response)
     except Exception as exc:
         raise ModelCallFailed(_describe_api_error(exc)) from exc
 
@@ -278,7 +255,7 @@ class _Driver:
         run, n = self.run, start_step
         while True:
             if self.should_stop is not None and self.should_stop():
-                return self._result("running", None, n - 1, spent_in, spent_out, replayed)
+                return self._result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
             if self.lease.lost:
                 raise RunBusy(f"run {run.id} was taken over by another process")
             if n > run.max_steps:
@@ -297,30 +274,23 @@ class _Driver:
             self.calls += 1
             pause_point("api")
             try:
-                response = _call_model(self.client, request)
+                raw = _call_model(self.client, request)
             except ModelCallFailed as exc:
-                self.store.finish_run(run.id, "failed", error=str(exc), lease=self.lease)
+                self.store.finish_run(run.id, RunStatus.FAILED, error=str(exc), lease=self.lease)
                 raise
-            blocks = wire_blocks(response)
-            tokens_in, tokens_out, cache_write, cache_read = _usage(response)
-            step = StepRecord(n=n, stop_reason=response.stop_reason, assistant=blocks, input_tokens=tokens_in,
-                              output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
-                              cache_read_input_tokens=cache_read, model=getattr(response, "model", run.model),
-                              duration_ms=int((time.monotonic() - started) * 1000),
-                              request_est_tokens=prepared.est_before,
-                              compacted_est_tokens=prepared.est_after if prepared.compacted else None)
+            duration_ms = int((time.monotonic() - started) * 1000)
+            step, final = self._step_of(raw, n, prepared, duration_ms)
+            tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
-            final = self._final_state(step)
             if final is not None:
                 status, text, error = final
-                self.store.append_step(run.id, step, lease=self.lease, final_status=status, final_text=text,
-                                       final_error=error)
+                self._commit(step, final)
                 self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in,
                                     tokens_out, spent_in, spent_out, step.request_est_tokens,
                                     step.compacted_est_tokens))
                 return self._result(status, text, n, spent_in, spent_out, replayed, error)
             # Commit the paid turn before any tool runs: a crash from here on loses no call.
-            self.store.append_step(run.id, step, lease=self.lease)
+            self._commit(step, None)
             messages.append({"role": "assistant", "content": blocks})
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens))
@@ -330,6 +300,48 @@ class _Driver:
             if self.crash_after_step == n:
                 raise SystemExit(f"simulated crash after step {n}")
             n += 1
+
+    def _step_of(self, raw: str, n: int, prepared: RequestPreview,
+                 duration_ms: int) -> tuple[StepRecord, tuple[str, str | None, str | None] | None]:
+        """The step a paid reply becomes, and how it ends the run (None: the run goes on).
+
+        Nothing here may fail the reply: a body that cannot be used becomes a
+        step with no content (kept with its body for ``dayflow show --raw``)
+        that ends the run ``failed`` with the reason, so it is bought once.
+        """
+        common = dict(n=n, duration_ms=duration_ms, request_est_tokens=prepared.est_before,
+                      compacted_est_tokens=prepared.est_after if prepared.compacted else None,
+                      raw=storable_raw(raw))
+        try:
+            reply = normalise(raw)
+        except BadReply as exc:
+            step = StepRecord(stop_reason=None, assistant=[], model=self.run.model, **common)
+            return step, (RunStatus.FAILED.value, None,
+                          storable_text(redact_and_cut(f"the API sent a reply that cannot be used: {exc}", 400)))
+        tokens_in, tokens_out, cache_write, cache_read = reply.usage
+        step = StepRecord(stop_reason=reply.stop_reason, assistant=reply.blocks, input_tokens=tokens_in,
+                          output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
+                          cache_read_input_tokens=cache_read, model=reply.model or self.run.model, **common)
+        final = self._final_state(step)
+        if final is not None:
+            status, text, error = final
+            final = (status, storable_text(text), storable_text(error))
+        return step, final
+
+    def _commit(self, step: StepRecord, final: tuple[str, str | None, str | None] | None) -> None:
+        """Commit a paid reply; if the database will not take it, keep it in this host's spool and stop."""
+        status, text, error = final or (None, None, None)
+        try:
+            self.store.append_step(self.run.id, step, lease=self.lease, final_status=status, final_text=text,
+                                   final_error=error)
+        except RunBusy:
+            raise
+        except Exception as exc:
+            reason = redact_and_cut(f"{type(exc).__name__}: {exc}", 300)
+            path = spool_reply(self.store, self.run.id, step, final, reason)
+            raise ReplySpooled(f"run {self.run.id} step {step.n}: the paid reply could not be stored ({reason}); "
+                               f"it is safe in {path}, and `dayflow resume {self.run.id}` (or a worker) on this "
+                               "host stores it without paying again") from exc
 
     @staticmethod
     def _final_state(step: StepRecord) -> tuple[str, str | None, str | None] | None:
@@ -343,7 +355,7 @@ class _Driver:
             return "failed", text, "the model declined to continue (stop_reason=refusal)"
         if step.stop_reason == "max_tokens":
             return "failed", text, f"the response was cut off at max_tokens ({MAX_TOKENS})"
-        return "failed", text, f"unexpected stop_reason {step.stop_reason!r}"
+        return "failed", text, f"unexpected stop_reason {str(step.stop_reason)[:60]!r}"
 
     def _stop(self, status: str, error: str, steps: int, spent_in: int, spent_out: int,
               replayed: int) -> RunResult:
@@ -388,7 +400,7 @@ def queue_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None
     if compact_at is None:
         compact_at = default_compact_at()
     run = store.create_run(user_msg, model=model or default_model(), budget_tokens=budget_tokens,
-                           max_steps=max_steps, compact_at=compact_at or None, status="queued")
+                           max_steps=max_steps, compact_at=compact_at or None, status=RunStatus.QUEUED)
     return run.id
 
 
@@ -399,17 +411,21 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing.
 
     ``budget_tokens``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own when given.
-    ``lease``: the run is already claimed (a worker's ``store.claim_next``).
+    ``lease``: the run is already claimed (a worker's ``store.claim_next``). Without one (a person's
+    resume) everything that can refuse the run is checked before it is claimed, so a resume that
+    cannot start changes nothing: the history is validated and the client built first.
     """
     run = store.get_run(run_id)
-    if run.status == "done":
+    if run.status == RunStatus.DONE:
         if lease is not None:
             store.release(lease)
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
     if lease is None:
-        store.check_history(run.id)  # a damaged row is refused before anything is written
-        lease = store.claim(run.id)
+        messages_from(run, store.replay_steps(run.id))  # a damaged history is refused with nothing written
+        if client is None:
+            client = make_client(run.model)  # a missing key is refused with nothing written
+        lease = store.claim(run.id, fresh_attempts=True)
     try:
         if budget_tokens is not None or max_steps is not None or compact_at is not None:
             store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
@@ -425,31 +441,86 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
 
 
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
+    """Drive a leased run; however the attempt ends, the lease is released.
+
+    An attempt that ends without committing a step (a reply that could not be
+    stored, a missing key on a worker's host, a history that cannot be sent)
+    is recorded on the run: it backs off, and after ``max_attempts`` in a row
+    it is set ``failed`` with the reason. No run is retried in a loop.
+    """
     lease.start_heartbeat()
+    driver: _Driver | None = None
+    committed_before = None
     try:
-        driver = _Driver(store, run_id, lease, **options)
+        ingest_spool(store, run_id, lease)  # a reply this host already paid for goes in before any call
+        run = store.get_run(run_id)
+        committed_before = run.step_count
+        limit = settings.current().max_attempts
+        if run.attempts > limit:
+            # Each earlier attempt ended with its process (killed, crashed) before a step: stop here.
+            reason = f"gave up after {run.attempts - 1} attempts: {run.error or 'each one ended with its process'}"
+            store.finish_run(run_id, RunStatus.FAILED, error=redact_and_cut(reason, 400), lease=lease)
+            return RunResult(run.id, RunStatus.FAILED.value, None, run.step_count, run.input_tokens,
+                             run.output_tokens, 0, run.step_count, reason)
         steps = store.replay_steps(run_id)
+        messages = messages_from(run, steps)
+        driver = _Driver(store, run_id, lease, **options)
+        if driver.client is None:
+            driver.client = make_client(run.model)
+        store.mark_running(run_id, lease)
         spent_in = sum(s.input_tokens for s in steps)
         spent_out = sum(s.output_tokens for s in steps)
         if steps:
             last = steps[-1]
             assistant = step_blocks(last, "assistant") or []
-            final = _Driver._final_state(_record_of(last, assistant))
+            final = _Driver._final_state(_record_of(last, assistant)) if assistant else None
             if final is not None:
                 # The final response is committed; only the run's end was lost.
                 status, text, error = final
-                store.finish_run(run_id, status, final_text=text, error=error, lease=lease)
+                store.finish_run(run_id, status, final_text=storable_text(text), error=storable_text(error),
+                                 lease=lease)
                 return driver._result(status, text, last.n, spent_in, spent_out, len(steps), error)
             if last.tool_results is None and any(b.get("type") == "tool_use" for b in assistant):
                 # Crashed while tools ran: the paid response is stored, so run the
                 # tools (side effects are idempotent by key) and make no new call.
-                driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
-                steps = store.replay_steps(run_id)
-        messages = store.rebuild_messages(run_id, steps)
+                results = driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
+                messages.append({"role": "assistant", "content": assistant})
+                messages.append({"role": "user", "content": results})
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
                             replayed=len(steps))
+    except (RunBusy, ReplySpooled, ModelCallFailed, KeyboardInterrupt, SystemExit):
+        raise  # another owner drives it / the reply is safe on disk / the run is failed already / stopped
+    except HistoryError as exc:
+        _give_up(store, run_id, lease, str(exc))
+        raise
+    except Exception as exc:
+        _record_attempt(store, run_id, lease, exc, committed_before)
+        raise
     finally:
         store.release(lease)
+
+
+def _give_up(store: Store, run_id: str, lease: Lease, reason: str) -> None:
+    """A history that cannot be sent will not heal by trying again: the run is failed, with the reason."""
+    try:
+        store.finish_run(run_id, RunStatus.FAILED, error=redact_and_cut(reason, 400), lease=lease)
+    except Exception:
+        pass  # the database is away: the attempt count still stops a loop at the next claim
+
+
+def _record_attempt(store: Store, run_id: str, lease: Lease, exc: BaseException, committed_before: int | None) -> None:
+    """Count a failed attempt (one that committed no new step) against the run: back off, or give up."""
+    try:
+        if committed_before is not None and store.get_run(run_id).step_count > committed_before:
+            return  # it made progress before failing: the next attempt starts a fresh count
+        config = settings.current()
+        attempts = store.get_run(run_id).attempts
+        reason = redact_and_cut(f"{type(exc).__name__}: {exc}" if not isinstance(exc, DayflowError) else str(exc),
+                                300)
+        store.record_failed_attempt(run_id, lease, reason, max_attempts=config.max_attempts,
+                                    backoff_s=config.retry_backoff_s * 2 ** max(attempts - 1, 0))
+    except Exception:
+        pass  # recording is best effort; the claim already counted the attempt
 
 
 def _record_of(step, assistant: list[dict]) -> StepRecord:

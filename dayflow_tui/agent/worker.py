@@ -104,9 +104,12 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
                     stop.wait(poll_every)
                     continue
                 if not took:
-                    if once:
-                        return
-                    stop.wait(poll_every)
+                    wait = store.next_retry_at() if once else None
+                    if once and wait is None:
+                        return  # nothing waiting now, and nothing backing off: --once is done
+                    # --once also waits out runs backing off after a failed attempt, so a poison run
+                    # reaches its verdict (done, or failed after its attempts) before the worker exits.
+                    stop.wait(max(min(poll_every, wait), 0.05) if wait is not None else poll_every)
         finally:
             store.close_thread_connection()
 

@@ -1,11 +1,16 @@
 """Peewee models: the tables of a Dayflow database, one set for SQLite and PostgreSQL.
 
-The models are bound to ``database_proxy``; ``store.open_store`` initialises
-it. Timestamps are ISO-8601 UTC strings (``clock.iso``): they sort as text,
+The models are bound to ``database_proxy``, which routes each query to the
+database of the store whose method is running (``bound_to``): two stores open
+in one process never redirect each other. Timestamps are ISO-8601 UTC strings (``clock.iso``): they sort as text,
 compare across SQLite and PostgreSQL alike and read well in a shell.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator
 
 from peewee import (
     AutoField,
@@ -20,7 +25,53 @@ from peewee import (
     TextField,
 )
 
-database_proxy = DatabaseProxy()
+_ACTIVE_DATABASE: contextvars.ContextVar = contextvars.ContextVar("dayflow_active_database", default=None)
+
+
+class StoreRoutedProxy(DatabaseProxy):
+    """The models' database: the one of the store whose method runs in this context.
+
+    Peewee binds models to one database per class; Dayflow opens one per
+    store (a test, a benchmark or an importer may hold two). Every store
+    method runs inside ``bound_to(its database)``; outside any store method
+    (a test reading rows directly) the proxy falls back to the database most
+    recently opened, as Peewee's plain proxy would.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, attr, value):
+        if attr not in DatabaseProxy.__slots__:
+            raise AttributeError("Cannot set attribute on proxy.")
+        object.__setattr__(self, attr, value)
+
+    def _target(self):
+        return _ACTIVE_DATABASE.get() or self.obj
+
+    def __getattr__(self, attr):
+        target = self._target()
+        if target is None:
+            raise AttributeError("no Dayflow store is open")
+        return getattr(target, attr)
+
+    def __enter__(self):
+        return self._target().__enter__()
+
+    def __exit__(self, *exc_info):
+        return self._target().__exit__(*exc_info)
+
+
+@contextlib.contextmanager
+def bound_to(database) -> Iterator[None]:
+    """Route model queries in this context (thread, task) to ``database``."""
+    token = _ACTIVE_DATABASE.set(database)
+    try:
+        yield
+    finally:
+        _ACTIVE_DATABASE.reset(token)
+
+
+database_proxy = StoreRoutedProxy()
 
 
 class BaseModel(Model):
@@ -34,15 +85,15 @@ class Run(BaseModel):
     user_msg = TextField()
     # queued | running | done | failed | budget. "interrupted" is never
     # stored: it is "running" whose owner process is gone (store.effective_status).
-    status = CharField(max_length=16, index=True)
+    status = CharField(max_length=16, index=True)  # a RunStatus value (status.py), never "interrupted"
     final_text = TextField(null=True)
     # input_tokens is the whole input of every call: uncached + cache writes + cache reads.
-    input_tokens = IntegerField(default=0)
-    output_tokens = IntegerField(default=0)
-    cache_creation_tokens = IntegerField(default=0)
-    cache_read_tokens = IntegerField(default=0)
+    input_tokens = BigIntegerField(default=0)
+    output_tokens = BigIntegerField(default=0)
+    cache_creation_tokens = BigIntegerField(default=0)
+    cache_read_tokens = BigIntegerField(default=0)
     step_count = IntegerField(default=0)
-    model = CharField(max_length=64)
+    model = TextField()  # API-sent text is unbounded TEXT: PostgreSQL refused long values, losing paid replies
     budget_tokens = IntegerField(null=True)
     max_steps = IntegerField(default=12)
     compact_at = IntegerField(null=True)
@@ -53,6 +104,10 @@ class Run(BaseModel):
     # it names one process, so a dead owner whose pid was reused is not taken for alive.
     owner_started = BigIntegerField(null=True)
     lease_token = CharField(max_length=32, null=True)
+    # Attempts in a row that ended without committing a step (every claim is one; a step resets it),
+    # and when a worker may try again after a failed one (backoff; ISO text on the database's clock).
+    attempts = IntegerField(default=0)
+    not_before = CharField(max_length=32, null=True)
     heartbeat_at = CharField(max_length=32, null=True)
     created_at = CharField(max_length=32)
     updated_at = CharField(max_length=32, index=True)
@@ -65,19 +120,22 @@ class Run(BaseModel):
 class Step(BaseModel):
     run = ForeignKeyField(Run, column_name="run_id", backref="steps", on_delete="CASCADE", lazy_load=False)
     n = IntegerField()
-    stop_reason = CharField(max_length=32, null=True)
+    stop_reason = TextField(null=True)
     assistant = TextField()  # JSON: the assistant content blocks as they came over the wire
     tool_results = TextField(null=True)  # JSON: the tool_result blocks sent back; NULL until tools ran / on end_turn
     input_tokens = IntegerField(default=0)
     output_tokens = IntegerField(default=0)
     cache_creation_input_tokens = IntegerField(default=0)
     cache_read_input_tokens = IntegerField(default=0)
-    model = CharField(max_length=64, null=True)
+    model = TextField(null=True)
     duration_ms = IntegerField(null=True)  # wall time of the API call
     request_est_tokens = IntegerField(null=True)  # estimated size of the request as built from history
     compacted_est_tokens = IntegerField(null=True)  # estimated size after compaction; NULL when not compacted
     created_at = CharField(max_length=32)
     tools_done_at = CharField(max_length=32, null=True)
+    # The response body exactly as the API sent it (JSON text), committed with the step; the blocks
+    # above are parsed from it. NULL for steps stored before schema 3 and for clients that give no body.
+    raw = TextField(null=True)
 
     class Meta:
         table_name = "steps"

@@ -1,0 +1,108 @@
+"""The messages a run's next call sends, rebuilt from its stored steps, and the check that they can be sent.
+
+The history *is* the state: the task, then each step's assistant turn and
+the tool results that answered it, exactly as stored. ``messages_from``
+refuses a history the Messages API would refuse (or that would make the
+driver pay for a step number already taken) before anything is written or
+bought: a gap in the step numbers, a row whose JSON is not a list of
+blocks, a tool call without its result, results that answer nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from ..errors import StoreError
+from ..store import step_blocks
+
+if TYPE_CHECKING:
+    from ..store import Run, Step, Store
+
+
+class HistoryError(StoreError):
+    """The stored history cannot be sent to the API; nothing was changed (exit 2, a database problem)."""
+
+
+def _refuse(run_id: str, n: int, what: str) -> HistoryError:
+    return HistoryError(f"run {run_id} step {n}: {what}; the run was left as it is "
+                        "(see it with: dayflow show --raw " + run_id + ")")
+
+
+def _blocks(run_id: str, step: "Step", column: str) -> list[dict] | None:
+    try:
+        blocks = step_blocks(step, column)
+    except StoreError as exc:
+        raise _refuse(run_id, step.n, str(exc).split(": ", 1)[-1]) from None
+    if blocks is None:
+        return None
+    for block in blocks:
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise _refuse(run_id, step.n, f"stored {column} holds a block that is not an object with a type")
+    return blocks
+
+
+def _tool_use_ids(run_id: str, step: "Step", assistant: list[dict]) -> list[str]:
+    ids = []
+    for block in assistant:
+        if block["type"] != "tool_use":
+            continue
+        if not isinstance(block.get("id"), str) or not block["id"] or not isinstance(block.get("name"), str):
+            raise _refuse(run_id, step.n, "a tool call has no id or name")
+        ids.append(block["id"])
+    if len(set(ids)) != len(ids):
+        raise _refuse(run_id, step.n, "two tool calls share one id")
+    return ids
+
+
+def _check_results(run_id: str, step: "Step", ids: list[str], results: list[dict]) -> None:
+    answered = []
+    seen_other = False
+    for block in results:
+        if block["type"] == "tool_result":
+            if seen_other:
+                raise _refuse(run_id, step.n, "a tool result comes after other content in its turn")
+            answered.append(block.get("tool_use_id"))
+        else:
+            seen_other = True
+    if sorted(answered, key=str) != sorted(ids):
+        raise _refuse(run_id, step.n, "the stored tool results do not answer the step's tool calls one for one")
+
+
+def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
+    """The messages list the next API call receives, checked against the API's rules.
+
+    A trailing step whose tools have not run yet is left out (the driver runs
+    them first): no tool_use is ever emitted without its results. A step with
+    no content (a reply that could not be used, kept for the record) adds no
+    turn.
+    """
+    messages: list[dict] = [{"role": "user", "content": run.user_msg}]
+    steps = list(steps)
+    for i, step in enumerate(steps):
+        if step.n != i + 1:
+            raise _refuse(run.id, i + 1, f"is missing (the next stored step is {step.n})")
+        assistant = _blocks(run.id, step, "assistant")
+        results = _blocks(run.id, step, "tool_results")
+        ids = _tool_use_ids(run.id, step, assistant)
+        if not assistant:
+            if results is not None:
+                raise _refuse(run.id, step.n, "tool results answer a turn with no content")
+            continue
+        if ids and results is None:
+            if i == len(steps) - 1:
+                break
+            raise _refuse(run.id, step.n, "a tool call has no stored result")
+        if results is not None:
+            if not ids:
+                raise _refuse(run.id, step.n, "tool results answer a turn with no tool call")
+            _check_results(run.id, step, ids, results)
+        messages.append({"role": "assistant", "content": assistant})
+        if results is not None:
+            messages.append({"role": "user", "content": results})
+    return messages
+
+
+def rebuild_messages(store: "Store", run_id: str, steps: list["Step"] | None = None) -> list[dict]:
+    """``messages_from`` for a run in ``store`` (its steps read unless given)."""
+    run = store.get_run(run_id)
+    return messages_from(run, store.replay_steps(run.id) if steps is None else steps)

@@ -1,0 +1,181 @@
+"""Runs: create, read, list, finish, and the attempts a run has used."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Iterable
+
+import peewee
+
+from ..errors import RunBusy, RunNotFound
+from .leases import Lease, forget_token, new_token, owner_alive
+from .models import Run
+from .retry import store_call
+from .status import RESUMABLE, RunStatus
+
+if TYPE_CHECKING:
+    from .core import Store
+
+
+class RunQueries:
+    """The store's run operations (a part of ``Store``)."""
+
+    def _with_clock(self: "Store", query: peewee.ModelSelect) -> peewee.ModelSelect:
+        """Rows read with the database's time beside them, so liveness is judged on one clock."""
+        column = self.backend.now_column()
+        return query if column is None else query.select_extend(column.alias("db_now"))
+
+    @store_call
+    def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
+                   max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
+                   status: str = RunStatus.QUEUED) -> Run:
+        """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
+        now = self.backend.now()
+        run_id = run_id or uuid.uuid4().hex[:12]
+        with self.write_transaction():
+            Run.insert(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
+                       budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                       created_at=now, updated_at=now).execute()
+        return self.get_run(run_id)
+
+    @store_call
+    def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
+                           max_steps: int = 12, compact_at: int | None = None,
+                           run_id: str | None = None) -> tuple[Run, Lease]:
+        """A new run already leased to this process (no window for a worker to take it)."""
+        token = new_token()
+        run_id = run_id or uuid.uuid4().hex[:12]
+        try:
+            with self.write_transaction():
+                values = self._owner_values(token)
+                Run.insert(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
+                           budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                           created_at=values["updated_at"], attempts=1, **values).execute()
+        except BaseException:
+            forget_token(token)
+            raise
+        return self.get_run(run_id), Lease(self, run_id, token)
+
+    @store_call
+    def get_run(self: "Store", run_id: str) -> Run:
+        """The run with this id, or the one run whose id starts with it (4 characters or more)."""
+        run = self._with_clock(Run.select()).where(Run.id == run_id).first()
+        if run is None:
+            matches = (list(self._with_clock(Run.select()).where(Run.id.startswith(run_id)).limit(2))
+                       if len(run_id) >= 4 else [])
+            if len(matches) == 1:
+                return matches[0]
+            more = " (the prefix names more than one run)" if len(matches) > 1 else ""
+            raise RunNotFound(f"no run with id {run_id!r} in {self.label}{more}")
+        return run
+
+    @store_call
+    def latest_unfinished(self: "Store") -> Run | None:
+        """The newest run that can be resumed now (not finished, not held by a live process)."""
+        candidates = (self._with_clock(Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]))
+                      .order_by(Run.created_at.desc(), Run.id.desc()).limit(100))
+        return next((run for run in candidates if not owner_alive(run)), None)
+
+    @staticmethod
+    def _filter_runs(query, status: Iterable[str] | None, search: str | None):
+        if status:
+            words = {RunStatus(s) for s in status}
+            stored = {s.value for s in words if s is not RunStatus.INTERRUPTED}
+            if RunStatus.INTERRUPTED in words:
+                stored.add(RunStatus.RUNNING.value)  # refined by owner liveness, which SQL cannot see
+            query = query.where(Run.status.in_(sorted(stored)))
+        if search:
+            query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search)
+                                | Run.final_text.contains(search) | Run.error.contains(search))
+        return query
+
+    @store_call
+    def list_runs(self: "Store", *, limit: int = 50, before: tuple[str, str] | None = None,
+                  status: Iterable[str] | None = None, search: str | None = None) -> list[Run]:
+        """Runs newest first, a window at a time (keyset on ``(created_at, id)``)."""
+        query = self._with_clock(Run.select(*[f for f in Run._meta.sorted_fields if f.name != "final_text"]))
+        if before is not None:
+            created, rid = before
+            query = query.where((Run.created_at < created) | ((Run.created_at == created) & (Run.id < rid)))
+        query = self._filter_runs(query, status, search)
+        return list(query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit))
+
+    @store_call
+    def count_runs(self: "Store", *, status: Iterable[str] | None = None, search: str | None = None) -> int:
+        """How many runs ``list_runs`` would page through with the same filters."""
+        return self._filter_runs(Run.select(), status, search).count()
+
+    @store_call
+    def runs_updated_since(self: "Store", since: str) -> list[Run]:
+        """Runs touched after ``since`` (an ``updated_at`` value): the rows a live view must redraw."""
+        return list(self._with_clock(Run.select()).where(Run.updated_at > since).order_by(Run.updated_at))
+
+    @store_call
+    def finish_run(self: "Store", run_id: str, status: str, *, final_text: str | None = None,
+                   error: str | None = None, lease: Lease | None = None) -> None:
+        with self.write_transaction():
+            self._set_run(run_id, lease, status=RunStatus(status).value, final_text=final_text, error=error)
+
+    @store_call
+    def mark_running(self: "Store", run_id: str, lease: Lease) -> None:
+        """The driver's attempt has started: the run reads ``running`` and its old error goes."""
+        with self.write_transaction():
+            self._set_run(run_id, lease, status=RunStatus.RUNNING.value, error=None)
+
+    @store_call
+    def record_failed_attempt(self: "Store", run_id: str, lease: Lease, reason: str, *, max_attempts: int,
+                              backoff_s: float) -> bool:
+        """An attempt ended without a new step: note why, and back off or give up.
+
+        Returns True when the run has now used ``max_attempts`` attempts in a
+        row and is set ``failed`` ("gave up after N attempts: reason"); else
+        the run waits ``backoff_s`` before any worker takes it again.
+        """
+        run = self.get_run(run_id)
+        with self.write_transaction():
+            if run.attempts >= max_attempts:
+                self._set_run(run_id, lease, status=RunStatus.FAILED.value,
+                              error=f"gave up after {run.attempts} attempts: {reason}", not_before=None)
+                return True
+            self._set_run(run_id, lease, error=reason, not_before=self.db_now(plus_seconds=backoff_s))
+            return False
+
+    @store_call
+    def next_retry_at(self: "Store") -> float | None:
+        """Seconds until the earliest run backing off after a failed attempt may be taken (None: none waits)."""
+        from datetime import datetime
+
+        now = self.db_now()
+        waiting = (Run.select(Run.not_before)
+                   .where(Run.status.in_([RunStatus.QUEUED.value, RunStatus.RUNNING.value]),
+                          Run.not_before > now)
+                   .order_by(Run.not_before).first())
+        if waiting is None:
+            return None
+
+        def parse(text: str) -> datetime:
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+        return max((parse(waiting.not_before) - parse(now)).total_seconds(), 0.0)
+
+    def _set_run(self: "Store", run_id: str, lease: Lease | None, **values: Any) -> None:
+        values["updated_at"] = self.backend.now()
+        query = Run.update(**values).where(Run.id == run_id)
+        if lease is not None:
+            query = query.where(Run.lease_token == lease.token)
+        if query.execute() != 1:
+            raise RunBusy(f"run {run_id} was taken over by another process")
+
+    @store_call
+    def update_limits(self: "Store", run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,
+                      compact_at: int | None = None, lease: Lease | None = None) -> None:
+        """Replace the limits given; ``None`` leaves one as it is, ``compact_at=0`` turns compaction off."""
+        values: dict[str, Any] = {}
+        if budget_tokens is not None:
+            values["budget_tokens"] = budget_tokens
+        if max_steps is not None:
+            values["max_steps"] = max_steps
+        if compact_at is not None:
+            values["compact_at"] = compact_at or None
+        with self.write_transaction():
+            self._set_run(run_id, lease, **values)

@@ -1,0 +1,121 @@
+"""The schema's history as an ordered list of steps, and the one function that applies it.
+
+``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``; a new
+schema change is one function appended to the list, and ``SCHEMA_VERSION``
+follows it. Each step checks before it alters, so a step that ran under an
+older Dayflow (or half-ran on a server without transactional DDL) is safe to
+run again. Seeding the sample tasks is data, not schema: it happens once,
+when a database is created, after the steps.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Callable
+
+import peewee
+
+from .. import clock
+from ..errors import StoreError
+from .models import MODELS, POSTGRES_MODELS, Run, Step, Task
+from .sample_tasks import SEED_TASKS
+
+if TYPE_CHECKING:
+    from .core import Store
+
+DAYFLOW_TABLES = {m._meta.table_name for m in MODELS + POSTGRES_MODELS}
+
+
+def column_names(store: "Store", model: type) -> set[str]:
+    return {c.name for c in store.db.get_columns(model._meta.table_name)}
+
+
+def add_column(store: "Store", model: type, field: peewee.Field) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for ``field`` of ``model``, unless it is there already."""
+    if field.column_name in column_names(store, model):
+        return
+    context = store.db.get_sql_context()
+    sql, params = context.sql(field.ddl(context)).query()
+    store.db.execute_sql(f'ALTER TABLE "{model._meta.table_name}" ADD COLUMN {sql}', params or None)
+
+
+def _create_tables(store: "Store") -> None:
+    """Schema 1: the tables as the models define them today (later steps check before altering)."""
+    store.db.create_tables(MODELS + store.backend.own_tables())
+    store.backend.after_create(store.db)
+
+
+def _add_owner_started(store: "Store") -> None:
+    """Schema 2: the lease owner's process start time (pid reuse)."""
+    add_column(store, Run, Run.owner_started)
+
+
+def _replies_as_sent(store: "Store") -> None:
+    """Schema 3: the reply body as received, unbounded text for API-sent strings, attempts and backoff.
+
+    PostgreSQL enforced the old ``varchar`` limits: a 130-character model name
+    or an unknown long stop reason could not be stored, so the paid reply was
+    lost and bought again. SQLite never enforced them.
+    """
+    add_column(store, Step, Step.raw)
+    add_column(store, Run, Run.attempts)
+    add_column(store, Run, Run.not_before)
+    if store.backend.kind == "postgres":
+        widened = [(Run, Run.model, "TEXT"), (Step, Step.model, "TEXT"), (Step, Step.stop_reason, "TEXT")]
+        widened += [(Run, field, "BIGINT") for field in (Run.input_tokens, Run.output_tokens,
+                                                         Run.cache_creation_tokens, Run.cache_read_tokens)]
+        for model, field, kind in widened:
+            store.db.execute_sql(f'ALTER TABLE "{model._meta.table_name}" ALTER COLUMN "{field.column_name}" '
+                                 f"TYPE {kind}")
+
+
+MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _seed_sample_tasks() -> None:
+    """The sample data's open tasks, into a database just created (data, not schema)."""
+    now = clock.iso()
+    for key, title, due_days, notes in SEED_TASKS:
+        due = (clock.today() + timedelta(days=due_days)).isoformat() if due_days is not None else None
+        Task.insert(idempotency_key=key, title=title, due=due, notes=notes or None,
+                    created_at=now).on_conflict_ignore().execute()
+
+
+def migrate(store: "Store", *, create: bool = True, upgrade: bool = True) -> None:
+    """Bring the database to ``SCHEMA_VERSION``.
+
+    ``create=False`` never creates tables in an empty database; ``upgrade=False``
+    (a command that only reads) never alters an older one: it names the
+    command that upgrades it instead.
+    """
+    backend, db = store.backend, store.db
+    version = backend.schema_version(db)
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{store.label}: written by a newer Dayflow (schema {version}); "
+                         f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
+    if version == SCHEMA_VERSION:
+        return
+    if version == 0 and not create:
+        # Asked only to read (show, resume, runs, tasks on a named database): never create tables in it.
+        raise StoreError(f"{store.label}: no Dayflow tables in this {backend.container} yet (nothing to read)")
+    if not upgrade:
+        raise StoreError(f"{store.label}: written by an older Dayflow (schema {version}; this one uses "
+                         f"{SCHEMA_VERSION}); upgrade it once with: dayflow migrate --db {store.label}")
+    with store.write_transaction():
+        backend.lock_migrations(db)
+        version = backend.schema_version(db)  # re-read under the lock
+        if version >= SCHEMA_VERSION:
+            return
+        created = version == 0
+        if created:
+            foreign = set(db.get_tables()) - DAYFLOW_TABLES
+            if foreign:
+                hint = (" (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
+                        if backend.kind == "postgres" else "")
+                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it{hint}")
+        for step in MIGRATIONS[version:]:
+            step(store)
+        if created:
+            _seed_sample_tasks()
+        backend.set_schema_version(db, SCHEMA_VERSION)

@@ -1,0 +1,241 @@
+"""Steps: commit a paid reply and its tool results, read them back.
+
+The per-step hot path is SQL text built once per statement shape from the
+models' metadata: building the same two statements with Peewee's query
+builder on every step cost more CPU than the fsync that makes them durable.
+Values still go through each field's ``db_value``, and unnamed fields get
+their model default, as Peewee does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import peewee
+
+from .. import clock, settings
+from ..errors import RunBusy, StoreError
+from ..testhook import pause_point
+from .leases import Lease
+from .models import Run, Step
+from .retry import attempt_number, store_call
+
+if TYPE_CHECKING:
+    from .core import Store
+
+
+def _commit_window() -> float:
+    return settings.current().commit_retry_s
+
+
+@dataclass
+class StepRecord:
+    """One model call as it goes into the ``steps`` table."""
+
+    n: int
+    stop_reason: str | None
+    assistant: list[dict]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    model: str | None = None
+    duration_ms: int | None = None
+    request_est_tokens: int | None = None
+    compacted_est_tokens: int | None = None
+    # The response body exactly as received (JSON text), when the client could give it.
+    raw: str | None = None
+
+    @property
+    def tool_uses(self) -> list[dict]:
+        return [b for b in self.assistant if b.get("type") == "tool_use"]
+
+
+def dumps(blocks: Any) -> str:
+    """The one JSON encoding used for stored blocks (compact, key order kept, UTF-8)."""
+    return json.dumps(blocks, ensure_ascii=False, separators=(",", ":"))
+
+
+def step_blocks(step: Step, column: str) -> list[dict] | None:
+    raw = getattr(step, column)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"run {step.run_id} step {step.n}: stored {column} JSON is malformed ({exc})") from exc
+    if not isinstance(value, list):
+        raise StoreError(f"run {step.run_id} step {step.n}: stored {column} is not a list of blocks")
+    return value
+
+
+class StepQueries:
+    """The store's step operations (a part of ``Store``)."""
+
+    @store_call(retry_for=_commit_window)
+    def append_step(self: "Store", run_id: str, step: StepRecord, *, lease: Lease | None = None,
+                    final_status: str | None = None, final_text: str | None = None,
+                    final_error: str | None = None) -> None:
+        """Commit one model response and add its tokens to the run, in one transaction.
+
+        With ``final_status`` the run is finished in the same transaction, so an
+        end_turn step and the run's ``done`` can never disagree after a crash.
+        A committed step is progress: the run's count of failed attempts goes back to 0.
+        """
+        assistant = dumps(step.assistant)
+        if attempt_number() and self._step_landed(run_id, step.n, assistant, lease):
+            return  # the earlier try committed; only its answer was lost with the connection
+        now = self.backend.now()
+        stamp = now if isinstance(now, str) else None
+        row = dict(run=run_id, n=step.n, stop_reason=step.stop_reason, assistant=assistant,
+                   tool_results=None, input_tokens=step.input_tokens, output_tokens=step.output_tokens,
+                   cache_creation_input_tokens=step.cache_creation_input_tokens,
+                   cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
+                   duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
+                   compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
+                   created_at=stamp or _host_now())
+        values: dict[str, Any] = {"attempts": 0, "not_before": None}
+        if final_status is not None:
+            values.update(status=final_status, final_text=final_text, error=final_error)
+        added = (step.input_tokens, step.output_tokens, step.cache_creation_input_tokens,
+                 step.cache_read_input_tokens)
+        insert_sql, insert_params = _insert_statement(self.db, Step, row)
+        update_sql, update_params = _add_step_to_run_statement(self, run_id, added, values, lease, stamp)
+        with self.write_transaction():
+            # The lease-checked run update first: a driver that lost its run is told so (RunBusy),
+            # not that the new owner already committed this step number.
+            if self.db.execute_sql(update_sql, update_params).rowcount != 1:
+                raise RunBusy(f"run {run_id} was taken over by another process")
+            self.db.execute_sql(insert_sql, insert_params)
+            pause_point("commit")
+        pause_point("committed")
+
+    def _step_landed(self: "Store", run_id: str, n: int, assistant: str, lease: Lease | None) -> bool:
+        """On a retry: is step ``n`` already stored as we sent it, under our lease?"""
+        stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+        if stored is None or stored.assistant != assistant:
+            return False
+        return lease is None or Run.get_by_id(run_id).lease_token == lease.token
+
+    @store_call(retry_for=_commit_window)
+    def set_tool_results(self: "Store", run_id: str, n: int, results: list[dict], *,
+                         lease: Lease | None = None) -> None:
+        encoded = dumps(results)
+        now = self.backend.now()
+        with self.write_transaction():
+            # The lease first: a driver that lost its run is told so (RunBusy, exit 4),
+            # not that the new owner has already recorded these results.
+            self._set_run(run_id, lease)
+            cursor = self.db.execute_sql(*_tool_results_statement(self.db, encoded, now, run_id, n))
+            if cursor.rowcount != 1:
+                stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+                if attempt_number() and stored is not None and stored.tool_results == encoded:
+                    return  # our earlier try committed before the connection went
+                raise StoreError(f"run {run_id} step {n}: tool results already recorded")
+            pause_point("commit")
+        pause_point("committed")
+
+    @store_call
+    def steps(self: "Store", run_id: str, *, from_n: int | None = None) -> list[Step]:
+        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
+        query = Step.select().where(Step.run == run_id)
+        if from_n is not None:
+            query = query.where(Step.n >= from_n)
+        return list(query.order_by(Step.n))
+
+    @store_call
+    def replay_steps(self: "Store", run_id: str) -> list[Step]:
+        """Steps with only what a resume reads: the blocks, stop reason and token counts.
+
+        Building every column of a 10,000-step run took longer than decoding its JSON.
+        """
+        return list(Step.select(Step.run, Step.n, Step.stop_reason, Step.assistant, Step.tool_results,
+                                Step.input_tokens, Step.output_tokens)
+                    .where(Step.run == run_id).order_by(Step.n))
+
+    @store_call
+    def step_at(self: "Store", run_id: str, n: int) -> Step | None:
+        return Step.get_or_none((Step.run == run_id) & (Step.n == n))
+
+    @store_call
+    def step_count(self: "Store", run_id: str) -> int:
+        return Step.select().where(Step.run == run_id).count()
+
+
+def _host_now() -> str:
+    return clock.iso()
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_sql(param: str, quote: str, model: type) -> str:
+    fields = [f for f in model._meta.sorted_fields if not isinstance(f, peewee.AutoField)]
+    columns = ", ".join(f"{quote[0]}{f.column_name}{quote[1]}" for f in fields)
+    return (f"INSERT INTO {quote[0]}{model._meta.table_name}{quote[1]} ({columns}) "
+            f"VALUES ({', '.join([param] * len(fields))})")
+
+
+def _insert_statement(db: peewee.Database, model: type, row: dict[str, Any]) -> tuple[str, list]:
+    params = []
+    for f in model._meta.sorted_fields:
+        if isinstance(f, peewee.AutoField):
+            continue
+        value = row[f.name] if f.name in row else (f.default() if callable(f.default) else f.default)
+        params.append(f.db_value(value))
+    return _insert_sql(db.param, db.quote, model), params
+
+
+def _quoted(quote: str, name: str) -> str:
+    return f"{quote[0]}{name}{quote[1]}"
+
+
+_RUN_COUNTERS = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens")
+
+
+@functools.lru_cache(maxsize=None)
+def _add_step_sql(param: str, quote: str, assigned: tuple[str, ...], with_lease: bool, now_sql: str | None) -> str:
+    counters = [Run._meta.fields[name].column_name for name in _RUN_COUNTERS]
+    parts = [f"{_quoted(quote, c)} = {_quoted(quote, c)} + {param}" for c in counters]
+    step_count = _quoted(quote, Run.step_count.column_name)
+    parts.append(f"{step_count} = {step_count} + 1")
+    parts += [f"{_quoted(quote, Run._meta.fields[name].column_name)} = {param}" for name in assigned]
+    stamped = ["updated_at"] + (["heartbeat_at"] if with_lease else [])
+    parts += [f"{_quoted(quote, Run._meta.fields[name].column_name)} = {now_sql or param}" for name in stamped]
+    where = f"{_quoted(quote, Run.id.column_name)} = {param}"
+    if with_lease:
+        where += f" AND {_quoted(quote, Run.lease_token.column_name)} = {param}"
+    return f"UPDATE {_quoted(quote, Run._meta.table_name)} SET {', '.join(parts)} WHERE {where}"
+
+
+def _add_step_to_run_statement(store: "Store", run_id: str, added: tuple[int, ...], values: dict[str, Any],
+                               lease: Lease | None, stamp: str | None) -> tuple[str, list]:
+    """The run's counters plus one step's tokens, ``values`` set, stamped, guarded by the lease when given."""
+    db = store.db
+    params: list = list(added)
+    params += [Run._meta.fields[name].db_value(value) for name, value in values.items()]
+    now_sql = None
+    if stamp is None:
+        now_sql = store.backend.now().sql  # the database's clock, an SQL expression
+    else:
+        params += [stamp] * (2 if lease is not None else 1)
+    params.append(run_id)
+    if lease is not None:
+        params.append(lease.token)
+    return _add_step_sql(db.param, db.quote, tuple(values), lease is not None, now_sql), params
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_results_sql(param: str, quote: str, now_sql: str | None) -> str:
+    table = _quoted(quote, Step._meta.table_name)
+    results, done_at = _quoted(quote, Step.tool_results.column_name), _quoted(quote, Step.tools_done_at.column_name)
+    run, n = _quoted(quote, Step.run.column_name), _quoted(quote, Step.n.column_name)
+    return (f"UPDATE {table} SET {results} = {param}, {done_at} = {now_sql or param} "
+            f"WHERE {run} = {param} AND {n} = {param} AND {results} IS NULL")
+
+
+def _tool_results_statement(db: peewee.Database, encoded: str, now: Any, run_id: str, n: int) -> tuple[str, list]:
+    if isinstance(now, str):
+        return _tool_results_sql(db.param, db.quote, None), [encoded, now, run_id, n]
+    return _tool_results_sql(db.param, db.quote, now.sql), [encoded, run_id, n]
