@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Sequence
@@ -12,23 +13,29 @@ from .safe_text import one_line, printable, printable_json
 from .store.status import RunStatus
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, most: int = 2**31 - 1) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
+    if value > most:
+        raise argparse.ArgumentTypeError(f"expected a number up to {most:,}, got {text[:40]}")
     return value
+
+
+def _thread_count(text: str) -> int:
+    return _positive_int(text, most=256)
 
 
 def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("seconds cannot be negative")
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value < 0 or value > 86_400:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 86400, got {text[:40]}")
     return value
 
 
@@ -77,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", parents=[common], help="drive queued and interrupted runs")
     worker.add_argument("--once", action="store_true", help="take what is waiting now, then exit")
-    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N",
+    worker.add_argument("--concurrency", type=_thread_count, default=1, metavar="N",
                         help="drive up to N runs at a time (threads; default 1)")
     worker.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
                         help="how often an idle worker looks for work (default 1)")

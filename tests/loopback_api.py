@@ -48,6 +48,11 @@ def message_reply(content: list[dict], stop_reason: str | None = "end_turn") -> 
     return plan
 
 
+def raw_reply(body: str | bytes, status: int = 200) -> Reply:
+    """A 200 (or ``status``) whose body is exactly these bytes: odd JSON, an array, a NUL."""
+    return status, {}, body.encode() if isinstance(body, str) else body
+
+
 def drop(handler, body: dict) -> None:
     """Read the request, then close the connection without a word."""
     handler.close_connection = True
@@ -136,7 +141,7 @@ class LoopbackAPI:
                     if planned is None:
                         return
                 status, headers, reply = planned if planned else (200, {}, api.answer(body))
-                data = json.dumps(reply).encode()
+                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
