@@ -22,10 +22,14 @@ from peewee import (
     ForeignKeyField,
     IntegerField,
     Model,
+    Proxy,
     TextField,
 )
 
 _ACTIVE_DATABASE: contextvars.ContextVar = contextvars.ContextVar("dayflow_active_database", default=None)
+
+
+_PLAIN_OBJ = Proxy.obj  # the slot Peewee's proxy keeps its database in
 
 
 class StoreRoutedProxy(DatabaseProxy):
@@ -35,30 +39,25 @@ class StoreRoutedProxy(DatabaseProxy):
     store (a test, a benchmark or an importer may hold two). Every store
     method runs inside ``bound_to(its database)``; outside any store method
     (a test reading rows directly) the proxy falls back to the database most
-    recently opened, as Peewee's plain proxy would.
+    recently opened, as Peewee's plain proxy would. Peewee reads ``obj``
+    both through the proxy and directly (``Metadata.get_database_instance``),
+    so ``obj`` itself is what is routed.
     """
 
     __slots__ = ()
+
+    @property
+    def obj(self):
+        return _ACTIVE_DATABASE.get() or _PLAIN_OBJ.__get__(self)
+
+    @obj.setter
+    def obj(self, value):
+        _PLAIN_OBJ.__set__(self, value)
 
     def __setattr__(self, attr, value):
         if attr not in DatabaseProxy.__slots__:
             raise AttributeError("Cannot set attribute on proxy.")
         object.__setattr__(self, attr, value)
-
-    def _target(self):
-        return _ACTIVE_DATABASE.get() or self.obj
-
-    def __getattr__(self, attr):
-        target = self._target()
-        if target is None:
-            raise AttributeError("no Dayflow store is open")
-        return getattr(target, attr)
-
-    def __enter__(self):
-        return self._target().__enter__()
-
-    def __exit__(self, *exc_info):
-        return self._target().__exit__(*exc_info)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,12 @@ def add_column(store: "Store", model: type, field: peewee.Field) -> None:
         return
     context = store.db.get_sql_context()
     sql, params = context.sql(field.ddl(context)).query()
+    if not field.null:
+        # Existing rows need a value: the model's default, as a literal (Peewee applies defaults in Python).
+        default = field.default() if callable(field.default) else field.default
+        if not isinstance(default, (int, float)) or isinstance(default, bool):
+            raise TypeError(f"add_column: NOT NULL column {field.name} needs a numeric default")
+        sql = f"{sql} DEFAULT {default!r}"
     store.db.execute_sql(f'ALTER TABLE "{model._meta.table_name}" ADD COLUMN {sql}', params or None)
 
 
