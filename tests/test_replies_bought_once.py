@@ -135,7 +135,7 @@ def test_the_raw_reply_is_kept_byte_for_byte_and_nul_survives_postgres(store, ap
     api.planned[1] = raw_reply(body)
     result = run_brief(store, model=MODEL)
     [step] = store.steps(result.run_id)
-    assert stored_raw(step.raw) == body
+    assert stored_raw(step.raw, step.assistant) == body
     assert result.status == "done" and "\x00" not in store.get_run(result.run_id).final_text
 
 
@@ -289,3 +289,13 @@ def test_usage_errors_exit_64_and_write_nothing(tmp_path):
                                 timeout=60, env={**os.environ, name: value}, stdin=subprocess.DEVNULL)
         assert result.returncode == 64 and name in result.stderr and "Traceback" not in result.stderr
     assert not db.exists()
+
+
+def test_a_compact_body_is_not_stored_twice_and_comes_back_byte_for_byte(store, api):
+    body = json.dumps(_message(content=[{"type": "text", "text": "## Today\n" + "é" * 2000}]),
+                      ensure_ascii=False, separators=(",", ":"))
+    api.planned[1] = raw_reply(body)
+    result = run_brief(store, model=MODEL)
+    [step] = store.steps(result.run_id)
+    assert len(step.raw) < 600 < len(body)  # the content array is kept once, in the step's blocks
+    assert stored_raw(step.raw, step.assistant) == body

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from .. import clock, settings
 from ..errors import DayflowError, ModelCallFailed, RunBusy
 from ..redaction import redact_and_cut
-from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, spool_reply, step_blocks
+from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, ingest_spool, spool_reply,
+                     step_blocks)
 from ..testhook import pause_point
 from .compaction import compact
 from .messages import HistoryError, messages_from, rebuild_messages
@@ -310,18 +311,18 @@ class _Driver:
         that ends the run ``failed`` with the reason, so it is bought once.
         """
         common = dict(n=n, duration_ms=duration_ms, request_est_tokens=prepared.est_before,
-                      compacted_est_tokens=prepared.est_after if prepared.compacted else None,
-                      raw=storable_raw(raw))
+                      compacted_est_tokens=prepared.est_after if prepared.compacted else None)
         try:
             reply = normalise(raw)
         except BadReply as exc:
-            step = StepRecord(stop_reason=None, assistant=[], model=self.run.model, **common)
+            step = StepRecord(stop_reason=None, assistant=[], model=self.run.model, raw=storable_raw(raw), **common)
             return step, (RunStatus.FAILED.value, None,
                           storable_text(redact_and_cut(f"the API sent a reply that cannot be used: {exc}", 400)))
         tokens_in, tokens_out, cache_write, cache_read = reply.usage
         step = StepRecord(stop_reason=reply.stop_reason, assistant=reply.blocks, input_tokens=tokens_in,
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
-                          cache_read_input_tokens=cache_read, model=reply.model or self.run.model, **common)
+                          cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
+                          raw=storable_raw(raw, dumps(reply.blocks)), **common)
         final = self._final_state(step)
         if final is not None:
             status, text, error = final

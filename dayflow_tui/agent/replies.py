@@ -19,6 +19,9 @@ from typing import Any
 MAX_TOKENS_PER_CALL = 100_000_000
 # Stored as a JSON string literal when the body holds what a text column refuses (NUL, lone surrogates).
 ESCAPED_PREFIX = "dayflow-escaped-json:"
+# Stored without its content array when that array is, byte for byte, the step's stored blocks: the
+# body is rebuilt exactly by putting the blocks back at the offset kept here (a reply is not stored twice).
+PACKED_PREFIX = "dayflow-packed:"
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -45,24 +48,45 @@ def body_text(response: Any) -> str:
         return http.text
     if isinstance(response, (str, bytes)):
         return response.decode("utf-8", "replace") if isinstance(response, bytes) else response
+    # A reply object (the offline model, a client without raw responses) is serialised compactly, as the
+    # API sends it, so its content array matches the stored blocks and is not stored twice.
     if hasattr(response, "to_dict"):
-        return json.dumps(response.to_dict(mode="json"), ensure_ascii=False)
+        return _compact(response.to_dict(mode="json"))
     if hasattr(response, "model_dump"):
-        return json.dumps(response.model_dump(mode="json", exclude_unset=True), ensure_ascii=False)
-    return json.dumps(response, ensure_ascii=False, default=str)
+        return _compact(response.model_dump(mode="json", exclude_unset=True))
+    return _compact(response)
 
 
-def storable_raw(raw: str) -> str:
-    """The body as a text column can hold it, losslessly (PostgreSQL refuses NUL and lone surrogates)."""
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def storable_raw(raw: str, assistant_json: str | None = None) -> str:
+    """The body as a text column holds it, losslessly.
+
+    PostgreSQL refuses NUL and lone surrogates: such a body is kept as an
+    escaped JSON string. A body whose content array is exactly
+    ``assistant_json`` (the step's stored blocks) is kept without it.
+    """
     if "\x00" in raw or _LONE_SURROGATE.search(raw):
         return ESCAPED_PREFIX + json.dumps(raw, ensure_ascii=True)
+    if assistant_json and not raw.startswith((ESCAPED_PREFIX, PACKED_PREFIX)):
+        at = raw.find(assistant_json)
+        if at >= 0 and raw.find(assistant_json, at + 1) < 0:
+            return f"{PACKED_PREFIX}{at}:{raw[:at]}{raw[at + len(assistant_json):]}"
     return raw
 
 
-def stored_raw(value: str | None) -> str | None:
-    """The body as received, from what ``storable_raw`` stored."""
-    if value is not None and value.startswith(ESCAPED_PREFIX):
+def stored_raw(value: str | None, assistant_json: str | None = None) -> str | None:
+    """The body as received, from what ``storable_raw`` stored (``assistant_json``: the step's stored blocks)."""
+    if value is None:
+        return None
+    if value.startswith(ESCAPED_PREFIX):
         return json.loads(value[len(ESCAPED_PREFIX):])
+    if value.startswith(PACKED_PREFIX):
+        at_text, _colon, rest = value[len(PACKED_PREFIX):].partition(":")
+        at = int(at_text)
+        return rest[:at] + (assistant_json or "") + rest[at:]
     return value
 
 
