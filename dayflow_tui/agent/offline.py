@@ -11,8 +11,10 @@ Under compaction it also reads the summary (``compaction.summarised_calls``):
 tasks the summary says were created are not created again, and reads whose
 payloads were summarised away are made again before the brief is written.
 
-Responses are real ``anthropic.types.Message`` objects with usage estimated
-from the request size, including the cache reads a real prompt cache gives.
+Responses are shaped like ``anthropic.types.Message`` (``offline_message``:
+the SDK's fields and serialisation, without importing the SDK, so offline
+runs start fast) with usage estimated from the request size, including the
+cache reads a real prompt cache gives.
 ``DAYFLOW_OFFLINE_DELAY`` (seconds) slows each call so a run can be watched.
 ``DAYFLOW_CALL_LOG`` (a file) gets one line per call, ``<pid> <messages>
 <unix time>``, for tests that count calls across processes and for the
@@ -29,9 +31,8 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
-from anthropic.types import Message
-
 from .compaction import summarised_calls
+from .offline_message import OfflineMessage
 from .tokens import estimate_tokens
 
 OFFLINE_MODEL = "offline"
@@ -88,7 +89,7 @@ class _Messages:
         self._client = client
 
     def create(self, *, model: str, messages: list[dict], max_tokens: int = 4096, system: Any = None,
-               tools: list[dict] | None = None, **_: Any) -> Message:
+               tools: list[dict] | None = None, **_: Any) -> OfflineMessage:
         self._client.calls += 1
         log = os.environ.get("DAYFLOW_CALL_LOG")
         if log:
@@ -105,7 +106,7 @@ class _Messages:
         cache_read = min(estimate_tokens(previous), total) if previous is not None and _.get("cache_control") else 0
         cache_write = total - cache_read if _.get("cache_control") else 0
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-        return Message.model_validate({
+        return OfflineMessage.model_validate({
             "id": f"msg_offline_{digest[:24]}",
             "type": "message",
             "role": "assistant",
