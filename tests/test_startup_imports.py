@@ -1,8 +1,13 @@
-"""Commands that call no model must not import ``anthropic`` (over a second to import here).
+"""Pay for an import only when it is used: ``anthropic`` (about two seconds) and psycopg.
 
-Each case runs the real console script with ``PYTHONPROFILEIMPORTTIME`` and
-reads the modules it actually imported. ``dayflow brief`` is the control: it
-calls the (offline) model, so it must show ``anthropic`` in the same capture.
+Commands that make no real model call (every reading command, and runs on the
+offline model) must not import ``anthropic``; commands on a SQLite file must
+not import psycopg, although it is installed (the ``postgres`` extra) and
+Peewee would import it. Each case runs the real console script with
+``PYTHONPROFILEIMPORTTIME`` and reads the modules it actually imported. The
+controls: ``dayflow brief`` on a real model (the SDK, against a loopback
+server) shows ``anthropic`` in the same capture, and a command on PostgreSQL
+shows psycopg.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import pytest
 from dayflow_tui.agent.loop import run_brief
 
 from .conftest import dayflow_cmd
+from .loopback_api import LoopbackAPI
 
 
-def imported_modules(argv: list[str]) -> set[str]:
-    env = {**os.environ, "DAYFLOW_OFFLINE_DELAY": "0", "PYTHONPROFILEIMPORTTIME": "1"}
+def imported_modules(argv: list[str], **extra_env: str) -> set[str]:
+    env = {**os.environ, "DAYFLOW_OFFLINE_DELAY": "0", "PYTHONPROFILEIMPORTTIME": "1", **extra_env}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     names = set()
@@ -39,14 +45,67 @@ def finished_run(store, counting_client) -> str:
 
 @pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tasks",), ("show", "RUN")],
                          ids=["runs", "runs-json", "tasks", "show"])
-def test_commands_that_call_no_model_do_not_import_anthropic(args, db_target, finished_run):
+def test_commands_that_call_no_model_do_not_import_anthropic(args, backend, db_target, finished_run):
     args = tuple(finished_run if a == "RUN" else a for a in args)
     names = imported_modules(dayflow_cmd(*args, "--db", str(db_target)))
-    assert not {n for n in names if n == "anthropic" or n.startswith("anthropic.")}
+    assert not of_package(names, "anthropic")
+    if backend == "sqlite":
+        assert not psycopg_loaded(names), "a SQLite command imported psycopg"
+    else:
+        assert psycopg_loaded(names)  # the control: PostgreSQL does load its driver
 
 
-def test_control_brief_does_import_anthropic(db_path):
+def of_package(names: set[str], package: str) -> set[str]:
+    return {n for n in names if n == package or n.startswith(package + ".")}
+
+
+def psycopg_loaded(names: set[str]) -> bool:
+    """Whether psycopg's code ran: its submodules were imported.
+
+    The capture also lists an import that was tried and refused: Peewee's
+    ``import psycopg`` while the store hides the driver shows as a bare
+    ``psycopg`` line (an ImportError Peewee expects), with nothing under it.
+    """
+    return bool(of_package(names, "psycopg") - {"psycopg"})
+
+
+CLI_MODULES = """
+import sys
+from dayflow_tui.cli import main
+code = main(sys.argv[1:])
+print(code, sorted(name for name in sys.modules if name.split(".")[0] in ("psycopg", "anthropic")))
+"""
+
+
+def test_sqlite_commands_leave_psycopg_out_of_sys_modules(db_path, counting_client):
+    """The same, read from ``sys.modules`` at the end of the command in a fresh interpreter."""
+    from dayflow_tui.store import open_store
+
+    store = open_store(db_path)
+    run_id = run_brief(store, client=counting_client).run_id
+    store.close()
+    for args in (["runs"], ["tasks", "--json"], ["show", run_id]):
+        done = subprocess.run([sys.executable, "-c", CLI_MODULES, *args, "--db", str(db_path)],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == "0 []", args
+
+
+def test_psycopg_is_installed_for_this_suite():
+    """The SQLite checks above mean something only where psycopg could be imported."""
+    import importlib.util
+
+    assert importlib.util.find_spec("psycopg") is not None, "install the postgres extra to run the tests"
+
+
+def test_offline_runs_do_not_import_anthropic_and_real_ones_do(db_path):
     names = imported_modules(dayflow_cmd("brief", "--db", str(db_path)))
+    assert not of_package(names, "anthropic") and not psycopg_loaded(names)
+    assert "dayflow_tui.agent.offline" in names  # it did run the offline model
+    with LoopbackAPI() as api:
+        names = imported_modules(dayflow_cmd("brief", "--model", "claude-loopback-1", "--db", str(db_path)),
+                                 **api.env())
+        assert api.calls == 3
     assert "anthropic" in names
 
 

@@ -9,6 +9,7 @@ public method turns a database failure into ``StoreError`` with one
 readable line. The store knows nothing of the agent or any front end.
 """
 
+from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
 from .backends import CHANGE_SLOTS, is_url, safe_url
 from .core import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,

@@ -20,6 +20,7 @@ from peewee import SQL, PostgresqlDatabase, SqliteDatabase, fn
 
 from .. import clock
 from ..errors import StoreError
+from .driver_imports import load_psycopg
 from .models import ChangeCounter, StoreMeta
 from .retry import ReportCause
 
@@ -191,7 +192,7 @@ class PostgresBackend(Backend):
 
     def connect(self) -> peewee.Database:
         try:
-            import psycopg  # noqa: F401 - the optional extra "postgres"
+            load_psycopg()  # the optional extra "postgres"
         except ImportError:
             raise StoreError(f"{self.label}: PostgreSQL needs the psycopg driver: "
                              "pip install 'dayflow-tui[postgres]'") from None
