@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import clock, settings
+from . import sdk_client
 from ..errors import DayflowError, ModelCallFailed, RunBusy
 from ..redaction import redact_and_cut
 from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, ingest_spool, spool_reply,
@@ -146,12 +147,22 @@ def make_client(model: str) -> Any:
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise DayflowError(f"model {model[:80]!r} needs ANTHROPIC_API_KEY in the environment (export it and "
                            f"run the command again, or start an offline run: dayflow brief --model {OFFLINE_MODEL})")
-    options = _sdk_options()
-    import anthropic
-
     # The key is read from the environment by the SDK and never stored by us;
     # ANTHROPIC_BASE_URL is honoured by the SDK too.
-    return anthropic.Anthropic(**options)
+    return sdk_client.build(_sdk_options())
+
+
+def start_client_in_background(model: str) -> None:
+    """A real model's client, imported and built in a thread while the caller reads the history.
+
+    Anything wrong (no key, a bad option) is left for ``make_client`` to report where it always has.
+    """
+    if model == OFFLINE_MODEL or not os.environ.get("ANTHROPIC_API_KEY"):
+        return
+    try:
+        sdk_client.start(_sdk_options())
+    except DayflowError:
+        pass
 
 
 def _sdk_options() -> dict:
@@ -417,6 +428,8 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     cannot start changes nothing: the history is validated and the client built first.
     """
     run = store.get_run(run_id)
+    if run.status != RunStatus.DONE and client is None:
+        start_client_in_background(run.model)  # the SDK loads while the history is read and checked
     if run.status == RunStatus.DONE:
         if lease is not None:
             store.release(lease)
