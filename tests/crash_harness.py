@@ -12,7 +12,8 @@ widens the commit and tool windows so kills land there too.
 Calls are counted outside the processes and attributed to each one: the
 offline model's ``DAYFLOW_CALL_LOG`` lines carry the pid, and for the real
 SDK each process sends a header of its own (``ANTHROPIC_CUSTOM_HEADERS``)
-that the loopback server records. A process's *lost calls* are the calls it
+that the loopback server records. The SDK trials share one loopback server
+(a lane each: its own URL, delay and record of requests). A process's *lost calls* are the calls it
 made minus the steps it committed, counted once the trial is over (a killed
 client's last request can reach the server just after the process died);
 a killed process may lose at most the one call in flight, a process that ran
@@ -41,7 +42,7 @@ from dayflow_tui.agent import sample_data
 from dayflow_tui.agent.offline import asks_for_action
 
 from .conftest import dayflow_cmd
-from .loopback_api import LoopbackAPI
+from .loopback_api import Lane, LoopbackAPI
 
 STUB_MODEL = "claude-loopback-1"  # any non-offline name: the real SDK is used
 
@@ -156,7 +157,8 @@ def check_invariants(state: DbState, run_id: str, expected_keys: set[str]) -> li
 class Trial:
     """One run, killed and resumed until done. ``backend`` is ``offline`` or ``sdk`` (real SDK, loopback stub)."""
 
-    def __init__(self, index: int, seed: int, backend: str, workdir: Path, *, resume_kill_chance: float = 0.25):
+    def __init__(self, index: int, seed: int, backend: str, workdir: Path, *, resume_kill_chance: float = 0.25,
+                 server: LoopbackAPI | None = None):
         self.index = index
         self.backend = backend
         self.rng = random.Random(f"{seed}:{index}")
@@ -171,7 +173,8 @@ class Trial:
         self.delay = round(self.rng.uniform(0.08, 0.2), 3)
         self.commit_pause = round(self.rng.uniform(0.04, 0.12), 3)
         self.tools_pause = round(self.rng.uniform(0.02, 0.05), 3)
-        self.stub: LoopbackAPI | None = None
+        self.server = server  # shared by the trials of a module; None: the SDK trial starts its own
+        self.stub: Lane | None = None
         self.records: list[ProcessRecord] = []
         self.committed_assistant: dict[int, str] = {}
 
@@ -330,11 +333,12 @@ class Trial:
         return ["--model", STUB_MODEL] if self.backend == "sdk" else []
 
     def run(self) -> TrialResult:
+        if self.backend == "sdk" and self.server is None:
+            with LoopbackAPI() as self.server:
+                return self.run()
         if self.backend == "sdk":
-            with LoopbackAPI(delay=self.delay) as self.stub:
-                self._run()
-        else:
-            self._run()
+            self.stub = self.server.lane(f"trial{self.index}", delay=self.delay)
+        self._run()
         return self.result
 
     def _run(self) -> None:

@@ -10,6 +10,10 @@ Crash and failure tests shape the traffic: ``delay`` holds every answer
 can be an error (``error_reply``), a hand-written message
 (``message_reply``), a dropped connection (``drop``) or a hang past the
 client's timeout (``hang``). A client killed mid-request is expected.
+
+One server can serve many independent clients: ``lane(name, delay=...)``
+is a base URL of its own (``/lanes/NAME``) with its own delay, plan and
+record of requests, so the crash trials share one server per module.
 """
 
 from __future__ import annotations
@@ -68,8 +72,11 @@ def hang(seconds: float) -> Callable:
     return plan
 
 
-class LoopbackAPI:
-    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+class Lane:
+    """One client's view of the server: its base URL, delay, plan and the requests it sent."""
+
+    def __init__(self, prefix: str, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+        self.prefix = prefix
         self.delay = delay
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -77,33 +84,27 @@ class LoopbackAPI:
         self.extra_block_fields = extra_block_fields or {}
         self._offline = OfflineClient(delay=0)
         self._lock = threading.Lock()
-        handler = self._handler()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.server.stopping = threading.Event()  # wakes delays and hangs at shutdown
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._root_url() + self.prefix
+
+    def _root_url(self) -> str:
+        raise NotImplementedError
 
     @property
     def calls(self) -> int:
         return len(self.requests)
 
-    def __enter__(self) -> "LoopbackAPI":
-        self.thread.start()
-        return self
-
     def env(self, key: str = FAKE_KEY) -> dict[str, str]:
-        """Environment entries that point a ``dayflow`` process's real SDK at this server."""
+        """Environment entries that point a ``dayflow`` process's real SDK at this lane."""
         return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": key}
 
-    def __exit__(self, *exc) -> None:
-        self.server.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
+    def record(self, body: dict, headers) -> Reply | Callable | None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append({k.lower(): v for k, v in headers.items()})
+            return self.planned.get(len(self.requests))
 
     def answer(self, body: dict) -> dict:
         """The JSON a server would send for ``body``: the offline model's answer, server-shaped."""
@@ -112,6 +113,54 @@ class LoopbackAPI:
         for block in payload["content"]:
             block.update(self.extra_block_fields.get(block["type"], {}))
         return payload
+
+
+class _SharedLane(Lane):
+    def __init__(self, server: "LoopbackAPI", prefix: str, **options):
+        super().__init__(prefix, **options)
+        self._server = server
+
+    def _root_url(self) -> str:
+        return self._server._root_url()
+
+
+class LoopbackAPI(Lane):
+    """The server, and its default lane (the root URL)."""
+
+    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+        super().__init__("", extra_block_fields=extra_block_fields, delay=delay)
+        self.lanes: dict[str, Lane] = {}
+        handler = self._handler()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.server.stopping = threading.Event()  # wakes delays and hangs at shutdown
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _root_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def lane(self, name: str, *, delay: float = 0.0) -> Lane:
+        """A base URL of its own on this server (``/lanes/NAME``), with its own delay and record."""
+        with self._lock:
+            if name in self.lanes or "/" in name:
+                raise ValueError(f"lane {name!r} is taken or not a path segment")
+            lane = self.lanes[name] = _SharedLane(self, f"/lanes/{name}", delay=delay)
+        return lane
+
+    def lane_for(self, path: str) -> Lane | None:
+        if not path.startswith("/lanes/"):
+            return self
+        return self.lanes.get(path.split("/")[2])
+
+    def __enter__(self) -> "LoopbackAPI":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
 
     def _handler(self):
         api = self
@@ -129,18 +178,18 @@ class LoopbackAPI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length))
-                with api._lock:
-                    api.requests.append(body)
-                    api.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    number = len(api.requests)
-                    planned = api.planned.get(number)
-                if api.delay:
-                    api.server.stopping.wait(api.delay)
+                lane = api.lane_for(self.path)
+                if lane is None:
+                    planned = error_reply(404, f"no lane for {self.path}")
+                else:
+                    planned = lane.record(body, self.headers)
+                    if lane.delay:
+                        api.server.stopping.wait(lane.delay)
                 if callable(planned):
                     planned = planned(self, body)
                     if planned is None:
                         return
-                status, headers, reply = planned if planned else (200, {}, api.answer(body))
+                status, headers, reply = planned if planned else (200, {}, lane.answer(body))
                 data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")

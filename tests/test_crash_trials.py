@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from .crash_harness import Trial, summarise
+from .loopback_api import LoopbackAPI
 
 SDK_SHARE = 0.3  # of the trials, how many drive the real SDK against the loopback stub
 
@@ -24,7 +25,14 @@ SDK_SHARE = 0.3  # of the trials, how many drive the real SDK against the loopba
 # CPU-bound (each process imports the SDK): about 2 minutes on 2 idle cores; room for a busy machine.
 @pytest.mark.slow  # runs by default; `-m "not slow"` skips it for a quick loop
 @pytest.mark.timeout(1200)
-def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def loopback():
+    """One loopback API for the module's SDK trials (a lane each)."""
+    with LoopbackAPI() as server:
+        yield server
+
+
+def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys, loopback):
     seed = int(os.environ.get("DAYFLOW_CRASH_SEED") or random.SystemRandom().randrange(10**6))
     count = int(os.environ.get("DAYFLOW_CRASH_TRIALS", "50"))
     workers = int(os.environ.get("DAYFLOW_CRASH_WORKERS", "4"))
@@ -36,7 +44,7 @@ def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys):
 
     def one(index: int):
         backend = "sdk" if index % sdk_every == sdk_every - 1 else "offline"
-        return Trial(index, seed, backend, tmp_path / f"trial{index:03d}").run()
+        return Trial(index, seed, backend, tmp_path / f"trial{index:03d}", server=loopback).run()
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(one, indexes))
