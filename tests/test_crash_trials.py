@@ -22,9 +22,6 @@ from .loopback_api import LoopbackAPI
 SDK_SHARE = 0.3  # of the trials, how many drive the real SDK against the loopback stub
 
 
-# CPU-bound (each process imports the SDK): about 2 minutes on 2 idle cores; room for a busy machine.
-@pytest.mark.slow  # runs by default; `-m "not slow"` skips it for a quick loop
-@pytest.mark.timeout(1200)
 @pytest.fixture(scope="module")
 def loopback():
     """One loopback API for the module's SDK trials (a lane each)."""
@@ -32,6 +29,9 @@ def loopback():
         yield server
 
 
+# CPU-bound (each process imports the SDK): about 2 minutes on 2 idle cores; room for a busy machine.
+@pytest.mark.slow  # runs by default; `-m "not slow"` skips it for a quick loop
+@pytest.mark.timeout(1200)
 def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys, loopback):
     seed = int(os.environ.get("DAYFLOW_CRASH_SEED") or random.SystemRandom().randrange(10**6))
     count = int(os.environ.get("DAYFLOW_CRASH_TRIALS", "50"))
