@@ -23,6 +23,14 @@ from dayflow_tui.store import open_store
 BIN = Path(sys.executable).parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """The long tests (marked ``slow``: the crash trials) first, so under ``-n 2`` both workers end together.
+
+    The order is the same in every xdist worker (it depends only on the collected items).
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def offline_env(monkeypatch, tmp_path):
     """No API key, no delay, a database under tmp_path, a pinned clock."""
