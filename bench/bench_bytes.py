@@ -34,22 +34,12 @@ import time
 import zlib
 from pathlib import Path
 
-from bench.common import Row, agent_step, median, ms, size, step_record, workdir
+from bench.common import Row, agent_step, median, ms, settled_bytes, size, step_record, workdir
 
 STEPS = 400
 PAGE_SIZES = (4096, 8192, 16384, 65536)
 SHIPPED_PAGE_SIZE = 16384  # the store's page size for new SQLite files
 COMPRESS_FROM = 1024  # bytes of JSON: smaller blocks stay plain text
-
-
-def settled_bytes(path: Path) -> int:
-    """File size once the write-ahead log has been folded in (what the data occupies)."""
-    conn = sqlite3.connect(str(path))
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
 class OurFile:

@@ -28,20 +28,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from bench.common import Row, agent_step, db_bytes, median, ms, size, step_record, workdir
+from bench.common import Row, agent_step, median, ms, settled_bytes, size, step_record, workdir
 
 LENGTHS = (10, 100, 400)
 _LAST = 25  # per-step time at length N: the median of the last 25 steps (all of them for N = 10)
-
-
-def _settled_bytes(path: Path) -> int:
-    """File size once the write-ahead log has been folded in (what the data occupies)."""
-    conn = sqlite3.connect(str(path))
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    return db_bytes(path)
 
 
 class OurRun:
@@ -52,7 +42,7 @@ class OurRun:
 
         self.path = path
         self.store = open_store(path)
-        self.empty = _settled_bytes(path)
+        self.empty = settled_bytes(path)
         self.run, self.lease = self.store.create_claimed_run("Prepare my day.", model="offline",
                                                              max_steps=n_steps + 1)
         self.times: list[float] = []
@@ -72,7 +62,7 @@ class OurRun:
         self.store.append_step(self.run.id, final, lease=self.lease, final_status="done", final_text="done")
         self.store.release(self.lease)
         self.store.close()
-        return _settled_bytes(self.path) - self.empty
+        return settled_bytes(self.path) - self.empty
 
 
 def side_by_side(n_steps: int, tmp: Path) -> dict:
@@ -92,7 +82,7 @@ def side_by_side(n_steps: int, tmp: Path) -> dict:
     saver = SqliteSaver(conn)
     saver.setup()
     conn.commit()
-    empty = _settled_bytes(path)
+    empty = settled_bytes(path)
 
     entered: list[float] = []  # perf_counter at each agent-node entry
     inside: list[float] = []  # seconds spent inside the node bodies (and our commits), per cycle
@@ -137,7 +127,7 @@ def side_by_side(n_steps: int, tmp: Path) -> dict:
                durability="sync")
     conn.close()
     lg_times = [entered[k + 1] - entered[k] - inside[k] for k in range(n_steps)]
-    return {"ours": (ours.finish(n_steps + 1), ours.times), "langgraph": (_settled_bytes(path) - empty, lg_times)}
+    return {"ours": (ours.finish(n_steps + 1), ours.times), "langgraph": (settled_bytes(path) - empty, lg_times)}
 
 
 def _json_per_step(n: int = 400) -> float:

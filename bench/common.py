@@ -177,6 +177,18 @@ def db_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
+def settled_bytes(path: Path) -> int:
+    """The database's size once the write-ahead log has been folded in (what the data occupies)."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(path))
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return db_bytes(path)
+
+
 def quiet_env(**extra: str) -> dict:
     """A child environment on the offline model, no delay, nothing inherited that changes behaviour."""
     env = {k: v for k, v in os.environ.items()

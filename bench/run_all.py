@@ -33,6 +33,7 @@ ITEMS = {
     "6": ("bench.bench_memory", "memory"),
     "7": ("bench.bench_postgres", "PostgreSQL"),
     "8": ("bench.bench_compaction", "compaction"),
+    "9": ("bench.bench_bytes", "bytes per step"),
 }
 
 
