@@ -115,10 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OPENED: list = []  # stores this command opened, closed before the process exits
+
+
 def _open(args: argparse.Namespace, *, create: bool = True, upgrade: bool = True):
     from .store import open_store
 
-    return open_store(args.db, create=create, upgrade=upgrade)
+    store = open_store(args.db, create=create, upgrade=upgrade)
+    _OPENED.append(store)
+    return store
 
 
 def _open_for_reading(args: argparse.Namespace):
@@ -326,10 +331,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     finally:
         if argv is None:  # the console script, about to exit (an in-process caller passes argv)
-            # Move every object out of the collector's reach: the final collection at exit walked
-            # the SDK's object graph for about a second (once ``anthropic`` is imported), after the
-            # command's work was done. Nothing is left unsaved: stores commit as they go.
-            gc.freeze()
+            _exit_quickly()
+
+
+def _exit_quickly() -> None:
+    """Close what the command opened, then keep the collector out of the interpreter's exit.
+
+    The final collections at exit walked the SDK's object graph for about a
+    second (once ``anthropic`` is imported), after the command's work was
+    done. Frozen objects are never collected, so anything that must be
+    closed (a SQLite connection removes its -wal and -shm files on close) is
+    closed here first; the commits are already durable either way.
+    """
+    while _OPENED:
+        try:
+            _OPENED.pop().close()
+        except Exception:  # noqa: BLE001 - a store that cannot close has nothing left to save
+            pass
+    gc.freeze()
 
 
 def _main(argv: Sequence[str] | None) -> int:

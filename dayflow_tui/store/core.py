@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
@@ -105,11 +106,23 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries):
         return clock.iso(moment)
 
 
+# A ~2.5 KB step row took a 4 KB page of its own; 16 KB pages hold several: a third fewer bytes
+# per step, commits and reads no slower (bench item 9). New files only: an existing file keeps its pages.
+NEW_FILE_PAGE_SIZE = 16384
+
+
 def _create_private_file(path: Path) -> None:
-    """Create the database file owner-only before SQLite touches it (SQLite gives -wal and -shm its mode)."""
+    """Create the database file owner-only before SQLite touches it (SQLite gives -wal and -shm its mode),
+    as an empty WAL database: the first write fixes a file's page size, so it is set here, before WAL mode."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
+        conn.execute("PRAGMA journal_mode = wal")
+    finally:
+        conn.close()
 
 
 def default_db_path() -> Path:
