@@ -23,11 +23,22 @@ from dayflow_tui.store import open_store
 BIN = Path(sys.executable).parent
 
 
+# The quick loop (README: ``-m quick``, under a minute): the core tested in process or through a few
+# short commands. Left out: the dashboard, tests that kill or race many processes, and ``slow`` ones.
+QUICK_MODULES = {"test_store", "test_loop", "test_backends", "test_faults", "test_compaction", "test_cli",
+                 "test_offline_message", "test_safe_text", "test_hostile_replies", "test_sdk_loopback",
+                 "test_storage_size", "test_sdk_client", "test_startup_imports"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """The long tests (marked ``slow``: the crash trials) first, so under ``-n 2`` both workers end together.
+    """Mark the quick loop; put the long tests (``slow``: the crash trials) first, so under ``-n 2``
+    both workers end together.
 
     The order is the same in every xdist worker (it depends only on the collected items).
     """
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] in QUICK_MODULES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

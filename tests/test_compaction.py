@@ -430,6 +430,7 @@ def _outcome(db) -> tuple:
         opened.close()
 
 
+@pytest.mark.slow  # 40-step runs through the real SDK, killed and resumed: left out of the quick loop
 def test_cli_run_with_compaction_crashed_and_resumed_makes_the_same_calls_as_one_that_never_crashed(tmp_path):
     with LongRunAPI() as straight:
         done = _dayflow(straight, *BRIEF, db=tmp_path / "straight.db")
@@ -465,6 +466,7 @@ def _run_id(db) -> str:
         opened.close()
 
 
+@pytest.mark.slow  # 40-step runs through the real SDK, killed and resumed: left out of the quick loop
 def test_cli_run_killed_during_a_call_resumes_with_the_same_calls(tmp_path):
     """SIGKILL while the model is answering call 23: that call is sent again, nothing else is."""
     with LongRunAPI() as straight:

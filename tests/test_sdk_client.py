@@ -44,6 +44,7 @@ print(result.status, "dayflow-sdk-client" in seen["threads"])
 """
 
 
+@pytest.mark.slow  # two SDK imports (this process and a fresh one): left out of the quick loop
 def test_a_real_model_resume_imports_the_sdk_while_it_reads_the_history(db_path, monkeypatch):
     with LoopbackAPI() as api:
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
