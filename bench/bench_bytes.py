@@ -1,4 +1,4 @@
-"""9. Bytes per step: ours (and the knobs that would shrink it) against the Agents SDK, LangGraph and raw JSON.
+"""9. Bytes per step: ours (and the knobs that would shrink it) against the Agents SDK, LangGraph and the JSON text.
 
 Every side stores the same 400 agent-like steps (``common.agent_step``: a
 short assistant turn with one tool call and about 2 KB of tool result), with
@@ -6,8 +6,9 @@ two commits per step (the reply, then the tool results), in a fresh SQLite
 file (WAL, ``synchronous=FULL``). Size is the file after a WAL checkpoint
 minus the empty database, per step.
 
-- ours: ``append_step`` + ``set_tool_results`` through the store, as the loop
-  commits, with the default page size and with larger pages for a new file
+- ours: ``append_step`` (with the reply's envelope, ``raw``, as the loop keeps
+  it) + ``set_tool_results`` through the store, as the loop commits, with 4 KB
+  pages (files made before this change) and with larger pages for a new file
   (``PRAGMA page_size`` before the first table: the same rows, the same
   format; an existing file keeps its pages).
 - ours with the large blocks compressed (a format change, measured here and
@@ -21,13 +22,14 @@ minus the empty database, per step.
   the tools.
 - LangGraph ``SqliteSaver``: from item 2's side-by-side run (a two-node
   agent/tools graph checkpointing the message list).
-- raw JSON: the bytes of the step's JSON text (assistant blocks + tool
-  results, compact), the floor without compression.
+- the step's JSON text: its blocks, tool results and reply envelope, compact:
+  the floor without compression.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import time
@@ -37,6 +39,21 @@ from pathlib import Path
 from bench.common import Row, agent_step, median, ms, settled_bytes, size, step_record, workdir
 
 STEPS = 400
+
+
+def loop_step_record(i: int, assistant: list[dict]):
+    """``common.step_record`` with the reply body the loop keeps beside the blocks (``replies.storable_raw``:
+    the body as the API sent it, its content array left out since it is the stored blocks)."""
+    from dayflow_tui.agent.replies import storable_raw
+    from dayflow_tui.store import dumps
+
+    record = step_record(i, assistant)
+    body = json.dumps({"id": f"msg_bench{i:06d}", "type": "message", "role": "assistant", "model": record.model,
+                       "content": assistant, "stop_reason": record.stop_reason, "stop_sequence": None,
+                       "usage": {"input_tokens": 600, "cache_creation_input_tokens": 0,
+                                 "cache_read_input_tokens": record.cache_read_input_tokens, "output_tokens": 60}},
+                      ensure_ascii=False, separators=(",", ":"))
+    return dataclasses.replace(record, raw=storable_raw(body, dumps(assistant)))
 PAGE_SIZES = (4096, 8192, 16384, 65536)
 SHIPPED_PAGE_SIZE = 16384  # the store's page size for new SQLite files
 COMPRESS_FROM = 1024  # bytes of JSON: smaller blocks stay plain text
@@ -72,7 +89,7 @@ class OurFile:
         for i in numbers:
             assistant, results = agent_step(i)
             started = time.perf_counter()
-            store.append_step(self.run_id, step_record(i, assistant))
+            store.append_step(self.run_id, loop_step_record(i, assistant))
             store.set_tool_results(self.run_id, i, results)
             self.times.append(time.perf_counter() - started)
         store.close()
@@ -125,7 +142,7 @@ def compressed(path: Path, codec: Codec) -> tuple[float, float, float]:
     conn.execute("CREATE TABLE steps (run_id TEXT NOT NULL, n INTEGER NOT NULL, stop_reason TEXT, assistant TEXT "
                  "NOT NULL, tool_results BLOB, input_tokens INTEGER, output_tokens INTEGER, cache_creation_input_tokens "
                  "INTEGER, cache_read_input_tokens INTEGER, model TEXT, duration_ms INTEGER, request_est_tokens "
-                 "INTEGER, compacted_est_tokens INTEGER, created_at TEXT NOT NULL, tools_done_at TEXT, "
+                 "INTEGER, compacted_est_tokens INTEGER, created_at TEXT NOT NULL, tools_done_at TEXT, raw TEXT, "
                  "PRIMARY KEY (run_id, n))")
     conn.close()
     empty = settled_bytes(path)
@@ -135,11 +152,11 @@ def compressed(path: Path, codec: Codec) -> tuple[float, float, float]:
     stamp = "2026-12-02T08:00:00.000000Z"
     for i in range(1, STEPS + 1):
         assistant, results = agent_step(i)
-        record = step_record(i, assistant)
-        conn.execute("INSERT INTO steps VALUES (?,?,?,?,NULL,?,?,?,?,?,?,?,NULL,?,NULL)",
+        record = loop_step_record(i, assistant)
+        conn.execute("INSERT INTO steps VALUES (?,?,?,?,NULL,?,?,?,?,?,?,?,NULL,?,NULL,?)",
                      ("bench0000000", i, record.stop_reason, dumps(assistant), record.input_tokens,
                       record.output_tokens, 0, record.cache_read_input_tokens, record.model, record.duration_ms,
-                      record.request_est_tokens, stamp))
+                      record.request_est_tokens, stamp, record.raw))
         started = time.perf_counter()
         text = dumps(results).encode()
         value = codec.compress(text) if len(text) >= COMPRESS_FROM else text.decode()
@@ -193,10 +210,15 @@ def agents_sdk(path: Path) -> tuple[float, list[float]]:
 
 
 def raw_json_per_step() -> float:
+    """The step's stored text: its blocks, its tool results and the reply's envelope (``raw``)."""
     from dayflow_tui.store import dumps
 
-    return sum(len(dumps(a).encode()) + len(dumps(r).encode())
-               for a, r in map(agent_step, range(1, STEPS + 1))) / STEPS
+    total = 0
+    for i in range(1, STEPS + 1):
+        assistant, results = agent_step(i)
+        total += len(dumps(assistant).encode()) + len(dumps(results).encode()) + \
+            len(loop_step_record(i, assistant).raw.encode())
+    return total / STEPS
 
 
 def langgraph_per_step(tmp: Path) -> float | None:
@@ -237,7 +259,7 @@ def run(quick: bool = False) -> list[Row]:
     if langgraph is not None:
         rows.append(Row("9 bytes", "LangGraph SqliteSaver, bytes/step at 400 steps", size(langgraph),
                         f"Agents SDK SQLiteSession {size(theirs)}", langgraph / theirs, "", None, ""))
-    rows.append(Row("9 bytes", "raw JSON of the step (assistant + tool results, compact)", size(json_bytes),
+    rows.append(Row("9 bytes", "the step's JSON text (blocks + tool results + reply envelope)", size(json_bytes),
                     f"Agents SDK SQLiteSession {size(theirs)}", json_bytes / theirs, "", None, "the uncompressed floor"))
     return rows
 
