@@ -29,7 +29,7 @@ def loopback():
         yield server
 
 
-# CPU-bound (each process imports the SDK): about 2 minutes on 2 idle cores; room for a busy machine.
+# CPU-bound (the SDK trials' processes import the SDK): about 2 minutes on 2 busy cores; room for a busier one.
 @pytest.mark.slow  # runs by default; `-m "not slow"` skips it for a quick loop
 @pytest.mark.timeout(1200)
 def test_kill_anywhere_then_resume_finishes_the_same_run(tmp_path, capsys, loopback):
