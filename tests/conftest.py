@@ -44,7 +44,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def offline_env(monkeypatch, tmp_path):
-    """No API key, no delay, a database under tmp_path, a pinned clock."""
+    """No API key, no delay, a database under tmp_path, a pinned clock.
+
+    The state directory (the spool of paid replies) and the config directory are the test's own too:
+    tests run side by side (xdist) and reuse fixed run ids, so a spool shared through ``~/.local/state``
+    could hand one test's reply to another; a developer's config file changes nothing here.
+    """
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.delenv("DAYFLOW_MODEL", raising=False)
@@ -53,6 +58,10 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.setenv("DAYFLOW_OFFLINE_DELAY", "0")
     monkeypatch.setenv("DAYFLOW_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.delenv("DAYFLOW_STATE_DIR", raising=False)
+    monkeypatch.delenv("DAYFLOW_CONFIG", raising=False)
 
 
 @pytest.fixture
