@@ -10,6 +10,8 @@ Crash and failure tests shape the traffic: ``delay`` holds every answer
 can be an error (``error_reply``), a hand-written message
 (``message_reply``), a dropped connection (``drop``) or a hang past the
 client's timeout (``hang``). A client killed mid-request is expected.
+``on_request(number)`` runs as each request arrives, before the answer is
+sent: fault tests cut the database connection while a call is in flight.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ def hang(seconds: float) -> Callable:
 
 
 class LoopbackAPI:
-    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0,
+                 on_request: Callable[[int], None] | None = None):
         self.delay = delay
+        self.on_request = on_request
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.planned: dict[int, Reply | Callable] = {}
@@ -134,6 +138,8 @@ class LoopbackAPI:
                     api.headers.append({k.lower(): v for k, v in self.headers.items()})
                     number = len(api.requests)
                     planned = api.planned.get(number)
+                if api.on_request is not None:
+                    api.on_request(number)
                 if api.delay:
                     api.server.stopping.wait(api.delay)
                 if callable(planned):
