@@ -33,6 +33,8 @@ ITEMS = {
     "6": ("bench.bench_memory", "memory"),
     "7": ("bench.bench_postgres", "PostgreSQL"),
     "8": ("bench.bench_compaction", "compaction"),
+    "9": ("bench.bench_step", "full step"),
+    "10": ("bench.bench_chaos", "calls per step under chaos"),
 }
 
 

@@ -72,6 +72,8 @@ class ChaosReport:
     faults: dict[str, int] = field(default_factory=dict)  # what the disturber did, by kind
     worker_events: dict[str, int] = field(default_factory=dict)  # "error", "lost", "failed" lines of the workers
     worker_exits: list[str] = field(default_factory=list)  # workers that ended by themselves (restarted)
+    longest_wait_s: float = 0.0  # the longest stretch, from the first call on, with runs left and none finishing
+    stuck: list[str] = field(default_factory=list)  # the unfinished runs, seen 10 s into such a stretch
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -254,10 +256,15 @@ class ChaosPool:
         self.disturber.start()
         deadline = started + self.deadline_s
         last_kill = time.monotonic()
+        done, progress_at = 0, time.monotonic()
         try:
             while time.monotonic() < deadline:
-                if self._done() == self.plan["runs"]:
+                now_done = self._done()
+                if now_done == self.plan["runs"]:
                     break
+                if now_done > done or not self.call_log.exists():  # start-up is not waiting
+                    done, progress_at = now_done, time.monotonic()
+                self._note_waiting(time.monotonic() - progress_at)
                 self._restart_exited()
                 if len(self.killed) < self.plan["kills"] and time.monotonic() - last_kill > 2.0:
                     victim = self._victim()
@@ -273,11 +280,22 @@ class ChaosPool:
             self._stop_workers()
             if self._reader is not None:
                 self._reader.close()
+        self._note_waiting(time.monotonic() - progress_at if done < self.plan["runs"] else 0.0)
         self.report.seconds = round(time.monotonic() - started, 1)
         self.report.kills = len(self.killed)
         self.report.faults = dict(self.disturber.counts)
         self._check()
         return self.report
+
+    def _note_waiting(self, waited: float) -> None:
+        """Keep the longest wait for a run to finish, and what the unfinished runs looked like 10 s into it."""
+        self.report.longest_wait_s = round(max(self.report.longest_wait_s, waited), 1)
+        if waited > 10 and not self.report.stuck:
+            rows = self._query("SELECT id, status, step_count, owner_pid, heartbeat_at FROM runs "
+                               "WHERE status <> 'done' ORDER BY id")
+            alive = {p.pid for p in self.procs if p.poll() is None}
+            self.report.stuck = [f"{rid} {status} steps={n} owner={pid}{' (alive)' if pid in alive else ''} "
+                                 f"beat={beat}" for rid, status, n, pid, beat in rows]
 
     def _restart_exited(self) -> None:
         """A worker that ended by itself is started again (as systemd's Restart=on-failure would) and
