@@ -15,7 +15,6 @@ database is read with psycopg, not Dayflow's store.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import stat
 import subprocess
@@ -256,52 +255,76 @@ def test_a_stall_shorter_than_the_commit_retry_window_costs_nothing(pg_url, pg_p
 
 
 COMMIT_RETRY_S = 2.0
-SPOOL_PENDING = "the spool file lands with the store split (#10 item 2)"
+SPOOL_EXIT = 75  # ReplySpooled: EX_TEMPFAIL, nothing was lost
 
 
-def _spool_files(stderr: str, state_home: Path) -> list[Path]:
-    """Files under the user's state directory that the process's error names."""
-    named = [Path(p) for p in re.findall(r"(/[^\s'\"`]+)", stderr)]
-    return [p for p in named if p.is_file() and state_home in p.parents]
+def _spool_scenario(pg_url: str, pg_proxy, tmp_path: Path, fault: str, fault_s: float) -> dict:
+    """`dayflow brief` with DAYFLOW_COMMIT_RETRY_S=2 while the database stays unreachable for ``fault_s``
+    from the moment the first paid reply is written: every byte held (``stall``: a frozen server), or
+    every connection cut and new ones refused (``outage``: a server that is down)."""
+    log = tmp_path / "calls.log"
+    trigger = pg_proxy.arm(SQL["commit a paid reply"], action=fault, seconds=fault_s)
+    env = cli_env(DAYFLOW_CALL_LOG=str(log), DAYFLOW_COMMIT_RETRY_S=str(COMMIT_RETRY_S))
+    brief = subprocess.run(dayflow_cmd("brief", "--db", pg_proxy.url(pg_url)), env=env, capture_output=True,
+                           timeout=fault_s + 120, stdin=subprocess.DEVNULL)
+    ended = time.monotonic()
+    assert trigger.fired == 1
+    return {"result": brief, "err": text(brief.stderr), "took": ended - trigger.when[0], "paid": call_count(log),
+            "log": log, "spools": sorted((Path(os.environ["XDG_STATE_HOME"]) / "dayflow").rglob("*.json"))}
+
+
+def _after_the_fault(pg_proxy, fault_s: float) -> None:
+    pg_proxy.end_stall()
+    while pg_proxy.refused_at and time.monotonic() - pg_proxy.refused_at[-1] < fault_s:
+        time.sleep(0.1)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=SPOOL_PENDING)
-@pytest.mark.parametrize("fault", ["stall", "outage"])
 def test_a_reply_that_cannot_be_committed_in_the_window_is_spooled_and_resumed_without_paying(
-        pg_url, pg_proxy, tmp_path, fault):
-    """The database stays unreachable (bytes held, or the server gone) past DAYFLOW_COMMIT_RETRY_S while
-    the second paid reply is committed. Promised (#10 item 2): the process gives up on the database after
-    the window, writes the reply to an owner-only spool file under the user's state directory, exits
-    non-zero naming it; the next `dayflow resume` ingests it before any call, so the reply is not bought
-    again."""
-    log = tmp_path / "calls.log"
-    state_home = Path(os.environ["XDG_STATE_HOME"])
+        pg_url, pg_proxy, tmp_path):
+    """The server is away for 20 s from the moment the first paid reply is written; the commit gives
+    up after its 2 s window. The reply must be in an owner-only spool file under the user's state
+    directory, and the next `dayflow resume` stores it before any call: 3 calls in all, not 4."""
     fault_s = 20.0
-    pg_proxy.arm(SQL["commit a paid reply"], action="stall" if fault == "stall" else "outage",
-                 seconds=fault_s, times=2)  # the first and second replies: the second meets it
-    env = cli_env(DAYFLOW_CALL_LOG=str(log), DAYFLOW_COMMIT_RETRY_S=str(COMMIT_RETRY_S))
-    started = time.monotonic()
-    brief = subprocess.run(dayflow_cmd("brief", "--db", pg_proxy.url(pg_url)), env=env, capture_output=True,
-                           timeout=fault_s + 60, stdin=subprocess.DEVNULL)
-    gave_up_after = time.monotonic() - started
-    err = text(brief.stderr)
-    assert brief.returncode != 0, "the commit waited for the database instead of spooling"
-    assert gave_up_after < fault_s, f"gave up only after {gave_up_after:.1f} s: the window did not bound the wait"
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    spools = _spool_files(err, state_home)
-    assert len(spools) == 1, err
-    assert stat.S_IMODE(spools[0].stat().st_mode) == 0o600
-    paid = call_count(log)
-    pg_proxy.end_stall()
-    while pg_proxy.refused_at and time.monotonic() - pg_proxy.refused_at[-1] < fault_s:
-        time.sleep(0.1)  # the outage ends
-    run_id = read_db(pg_url).runs[0]["id"]
-    resumed = dayflow("resume", run_id, db=pg_proxy.url(pg_url), env=cli_env(DAYFLOW_CALL_LOG=str(log)))
+    seen = _spool_scenario(pg_url, pg_proxy, tmp_path, "outage", fault_s)
+    assert seen["result"].returncode != 0 and "Traceback" not in seen["err"], seen["err"]
+    assert seen["paid"] == 1
+    assert len(seen["spools"]) == 1, (seen["spools"], seen["err"])
+    spool = seen["spools"][0]
+    assert stat.S_IMODE(spool.stat().st_mode) == 0o600
+    assert stat.S_IMODE(spool.parent.stat().st_mode) == 0o700
+    _after_the_fault(pg_proxy, fault_s)
+    state = read_db(pg_url)
+    assert state.steps == [], "the reply was committed after all: the window did not close"
+    resumed = dayflow("resume", state.runs[0]["id"], db=pg_proxy.url(pg_url),
+                      env=cli_env(DAYFLOW_CALL_LOG=str(seen["log"])))
     assert_ok(resumed)
     the_run(pg_url)
-    assert call_count(log) == OFFLINE_STEPS, "a spooled reply was bought again"
-    assert paid == 1 + 1 and not spools[0].exists()  # the spool was ingested, then removed
+    assert call_count(seen["log"]) == OFFLINE_STEPS, "the spooled reply was bought again"
+    assert not spool.exists()  # ingested, then removed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [
+    pytest.param("outage", marks=pytest.mark.xfail(strict=True, reason=(
+        "after spooling, _drive_leased's `finally: store.release(lease)` retries for 15 s against the "
+        "dead server and its StoreError replaces ReplySpooled: exit 2 with 'connection refused' ~17 s "
+        "after the window, the spool file never named"))),
+    pytest.param("stall", marks=pytest.mark.xfail(strict=True, reason=(
+        "a stalled connection (a frozen server) has no deadline: the commit blocks in recv for the whole "
+        "stall, the retry window never starts, the process neither spools nor exits"))),
+])
+def test_the_process_exits_soon_after_the_window_naming_the_spool_file(pg_url, pg_proxy, tmp_path, fault):
+    """The promise (#10 item 2): once the commit window (2 s here) has passed, the process exits with
+    one line naming the spool file (exit 75, nothing lost), a few seconds later at most."""
+    fault_s = 30.0
+    seen = _spool_scenario(pg_url, pg_proxy, tmp_path, fault, fault_s)
+    _after_the_fault(pg_proxy, fault_s)
+    lines = seen["err"].strip().splitlines()
+    assert seen["result"].returncode == SPOOL_EXIT, seen["err"]
+    assert seen["took"] < COMMIT_RETRY_S + 8, f"exited {seen['took']:.1f} s after the fault began"
+    assert len(seen["spools"]) == 1 and str(seen["spools"][0]) in lines[-1], seen["err"]
+    assert "Traceback" not in seen["err"]
 
 
 # -- the dashboard's poll ----------------------------------------------------------------------------------------
