@@ -118,6 +118,19 @@ def test_a_stall_holds_every_byte_then_delivers_it_in_order():
             assert _echoed(sock, b"flowing") == b"flowing"
 
 
+def test_a_stall_can_be_ended_early():
+    with _Echo() as echo, FaultProxy(echo.server_address) as proxy:
+        with _client(proxy) as sock:
+            proxy.stall(60.0)
+            sock.sendall(b"held")
+            sock.settimeout(0.3)
+            with pytest.raises(socket.timeout):
+                sock.recv(4096)
+            proxy.end_stall()
+            sock.settimeout(10)
+            assert sock.recv(4096) == b"held"
+
+
 def test_a_refusal_turns_new_connections_away_while_open_ones_go_on():
     with _Echo() as echo, FaultProxy(echo.server_address) as proxy:
         with _client(proxy) as open_one:
@@ -229,6 +242,30 @@ def test_a_trigger_matches_statements_psycopg_has_prepared(pg_table):
         assert trigger.fired == 1
         assert admin.execute(f"SELECT count(*) FROM {table} WHERE v = 99").fetchone()[0] == 0
         conn.close()
+
+
+@pytest.mark.postgres
+def test_an_outage_trigger_cuts_everything_and_refuses_with_no_gap_for_a_reconnect(pg_table):
+    import psycopg
+
+    table, admin = pg_table
+    with FaultProxy() as proxy:
+        conn, _app = _connect_through(proxy)
+        bystander, _ = _connect_through(proxy)
+        outage = proxy.arm(f"INSERT INTO {table}", action="outage", seconds=1.5)
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute(f"INSERT INTO {table} VALUES (1)")
+        assert outage.fired == 1
+        with pytest.raises(psycopg.OperationalError):
+            bystander.execute("SELECT 1")
+        with pytest.raises(psycopg.OperationalError, match="(?i)refused"):
+            _connect_through(proxy)
+        assert _wait(lambda: _connects(proxy), timeout=10)
+        again, _ = _connect_through(proxy)
+        assert again.execute("SELECT 1").fetchone() == (1,)
+        assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+        for c in (conn, bystander, again):
+            c.close()
 
 
 @pytest.mark.postgres
