@@ -34,6 +34,8 @@ ITEMS = {
     "7": ("bench.bench_postgres", "PostgreSQL"),
     "8": ("bench.bench_compaction", "compaction"),
     "9": ("bench.bench_bytes", "bytes per step"),
+    "10": ("bench.bench_step", "full step"),
+    "11": ("bench.bench_chaos", "calls per step under chaos"),
 }
 
 

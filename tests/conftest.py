@@ -58,7 +58,7 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.setenv("DAYFLOW_OFFLINE_DELAY", "0")
     monkeypatch.setenv("DAYFLOW_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # spool files stay in the test's folder
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("DAYFLOW_STATE_DIR", raising=False)
     monkeypatch.delenv("DAYFLOW_CONFIG", raising=False)
@@ -116,6 +116,23 @@ def pg_url():
     """PostgreSQL only: a URL to an empty schema of its own."""
     with pg_schema() as url:
         yield url
+
+
+@pytest.fixture
+def pg_proxy():
+    """PostgreSQL only: a fault-injecting proxy (tests/fault_proxy.py) in front of the test server.
+
+    ``pg_proxy.url(pg_url)`` is the same schema reached through it.
+    """
+    if not PG_URL:
+        pytest.skip(PG_SKIP_REASON)
+    from urllib.parse import urlsplit
+
+    from .fault_proxy import FaultProxy
+
+    server = urlsplit(PG_URL)
+    with FaultProxy((server.hostname or "127.0.0.1", server.port or 5432)) as proxy:
+        yield proxy
 
 
 @pytest.fixture

@@ -105,8 +105,13 @@ class DbState:
     tasks: list[dict]
 
 
-def read_db(path: Path) -> DbState:
-    """Everything in the database, read through a separate read-only connection."""
+def read_db(path: Path | str) -> DbState:
+    """Everything in the database, read through a separate read-only connection.
+
+    ``path`` is a SQLite file or a ``postgresql://`` URL (read with psycopg, not Dayflow's store).
+    """
+    if str(path).startswith("postgresql://"):
+        return _read_postgres(str(path))
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     conn.row_factory = sqlite3.Row
     try:
@@ -115,6 +120,18 @@ def read_db(path: Path) -> DbState:
         tasks = [dict(r) for r in conn.execute("SELECT * FROM tasks ORDER BY id")]
     finally:
         conn.close()
+    return DbState(runs, steps, tasks)
+
+
+def _read_postgres(url: str) -> DbState:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(url, row_factory=dict_row, connect_timeout=10) as conn:
+        conn.read_only = True
+        runs = conn.execute("SELECT * FROM runs ORDER BY created_at, id").fetchall()
+        steps = conn.execute("SELECT * FROM steps ORDER BY run_id, n").fetchall()
+        tasks = conn.execute("SELECT * FROM tasks ORDER BY id").fetchall()
     return DbState(runs, steps, tasks)
 
 

@@ -11,6 +11,9 @@ can be an error (``error_reply``), a hand-written message
 (``message_reply``), a dropped connection (``drop``) or a hang past the
 client's timeout (``hang``). A client killed mid-request is expected.
 
+``on_request(number)`` runs as each request arrives, before the answer is
+sent: fault tests cut the database connection while a call is in flight.
+
 One server can serve many independent clients: ``lane(name, delay=...)``
 is a base URL of its own (``/lanes/NAME``) with its own delay, plan and
 record of requests, so the crash trials share one server per module.
@@ -75,9 +78,11 @@ def hang(seconds: float) -> Callable:
 class Lane:
     """One client's view of the server: its base URL, delay, plan and the requests it sent."""
 
-    def __init__(self, prefix: str, *, extra_block_fields: dict | None = None, delay: float = 0.0):
+    def __init__(self, prefix: str, *, extra_block_fields: dict | None = None, delay: float = 0.0,
+                 on_request: Callable[[int], None] | None = None):
         self.prefix = prefix
         self.delay = delay
+        self.on_request = on_request
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.planned: dict[int, Reply | Callable] = {}
@@ -104,7 +109,11 @@ class Lane:
         with self._lock:
             self.requests.append(body)
             self.headers.append({k.lower(): v for k, v in headers.items()})
-            return self.planned.get(len(self.requests))
+            number = len(self.requests)
+            planned = self.planned.get(number)
+        if self.on_request is not None:
+            self.on_request(number)
+        return planned
 
     def answer(self, body: dict) -> dict:
         """The JSON a server would send for ``body``: the offline model's answer, server-shaped."""
@@ -127,8 +136,9 @@ class _SharedLane(Lane):
 class LoopbackAPI(Lane):
     """The server, and its default lane (the root URL)."""
 
-    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0):
-        super().__init__("", extra_block_fields=extra_block_fields, delay=delay)
+    def __init__(self, *, extra_block_fields: dict | None = None, delay: float = 0.0,
+                 on_request: Callable[[int], None] | None = None):
+        super().__init__("", extra_block_fields=extra_block_fields, delay=delay, on_request=on_request)
         self.lanes: dict[str, Lane] = {}
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
