@@ -21,7 +21,7 @@ from dayflow_tui.store import ReplySpooled, open_store, owner_alive, pending_spo
 from dayflow_tui.store.models import Run
 
 from .conftest import BIN, CountingClient
-from .test_faults import _HookedClient, _hold_sqlite_lock
+from .test_faults import _HookedClient
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,11 +50,15 @@ def test_a_reply_the_database_will_not_take_waits_in_the_spool_and_is_never_boug
 
     def lock_during_call(n: int) -> None:
         if n == 2:
-            holders.append(_hold_sqlite_lock(db_path, 11))  # past the 10 s busy timeout of a fresh connection
+            holders.append(_hold_sqlite_lock_until_told(db_path))  # held until the reply is spooled
 
     client = _HookedClient(lock_during_call)
-    with pytest.raises(ReplySpooled) as spooled:
-        run_brief(store, client=client)
+    try:
+        with pytest.raises(ReplySpooled) as spooled:
+            run_brief(store, client=client)
+    finally:
+        for proc in holders:
+            proc.stdin.close()  # let go of the lock
     assert spooled.value.exit_code == 75 and "\n" not in str(spooled.value)
     [path] = pending_spool(store, store.list_runs()[0].id)
     assert str(path) in str(spooled.value)
@@ -69,6 +73,19 @@ def test_a_reply_the_database_will_not_take_waits_in_the_spool_and_is_never_boug
     assert client.calls + again.calls == 3  # calls == committed steps: step 2 was stored from the spool
     assert not pending_spool(store, run_id)
     store.close()
+
+
+def _hold_sqlite_lock_until_told(path) -> subprocess.Popen:
+    """Another process holding ``BEGIN EXCLUSIVE`` on ``path`` until its stdin is closed."""
+    code = ("import sqlite3, sys\n"
+            f"con = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "con.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n"
+            "con.execute('COMMIT')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
 
 
 def test_a_spooled_reply_whose_commit_did_land_is_dropped_not_stored_twice(db_path, monkeypatch, tmp_path):

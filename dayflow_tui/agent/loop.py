@@ -9,6 +9,7 @@ through the ``on_step`` callback.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -511,7 +512,21 @@ def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> Ru
         _record_attempt(store, run_id, lease, exc, committed_before)
         raise
     finally:
+        _release(store, lease)
+
+
+def _release(store: Store, lease: Lease) -> None:
+    """Give the run up; a failure to say so never hides why the attempt ended.
+
+    The token is forgotten before the write, so even a lease the database
+    never heard released reads as a gone owner (this process no longer holds it).
+    """
+    failing = sys.exc_info()[1] is not None
+    try:
         store.release(lease)
+    except Exception:
+        if not failing:
+            raise
 
 
 def _give_up(store: Store, run_id: str, lease: Lease, reason: str) -> None:
