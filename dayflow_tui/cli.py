@@ -7,6 +7,7 @@ import gc
 import math
 import os
 import sys
+from datetime import timedelta
 from typing import Sequence
 
 from .errors import DayflowError, UsageError
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
 
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
+    _add_travel_commands(sub, common)
     return parser
 
 
@@ -158,6 +160,8 @@ def _driving_options(args: argparse.Namespace) -> dict:
 
 
 def _finish(result) -> int:
+    if result.trace_problem:
+        print(f"dayflow: warning: {printable(result.trace_problem)}", file=sys.stderr)
     if result.status == "done":
         print(printable(result.final_text or ""))
         return 0
@@ -324,6 +328,213 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+
+
+# -- runs that travel: export, import, prune, vacuum --------------------------------------------------
+
+
+def _age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: the value of ``--older-than``."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d{1,6})\s*([smhdw])\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected an age such as 30d, 12h, 90m or 2w, got {text!r}")
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[match.group(2)]
+    return timedelta(**{unit: int(match.group(1))})
+
+
+def _age_words(age: timedelta) -> str:
+    seconds = int(age.total_seconds())
+    for unit, size in (("week", 604_800), ("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
+
+
+def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
+    export = sub.add_parser("export", parents=[common], help="write runs as JSONL, Messages API JSON or "
+                            "OpenTelemetry traces")
+    export.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    where = export.add_mutually_exclusive_group(required=True)
+    where.add_argument("--jsonl", metavar="FILE", help="the runs with their steps, resumes and tasks as JSON Lines "
+                       "(`dayflow import` reads it; - for standard output)")
+    where.add_argument("--anthropic", metavar="FILE", help="each run's messages as a Messages API request body, "
+                       "one JSON object per line")
+    where.add_argument("--otlp", metavar="URL", help="send the runs' traces to an OTLP/HTTP receiver "
+                       "(http://HOST:4318)")
+    where.add_argument("--otlp-file", metavar="FILE", help="the runs' traces as OTLP JSON, one request per run "
+                       "per line")
+    export.add_argument("--content", action="store_true", default=None,
+                        help="traces carry the messages, replies and tool payloads (default: the otel_content "
+                        "setting)")
+
+    imports = sub.add_parser("import", parents=[common], help="add the runs of a `dayflow export --jsonl` file")
+    imports.add_argument("file", metavar="FILE")
+    imports.add_argument("--as-new", action="store_true",
+                         help="give every imported run a new id (to import a run this database already has)")
+
+    prune = sub.add_parser("prune", parents=[common], help="remove old finished runs (never tasks, never a "
+                           "queued or unfinished run)")
+    prune.add_argument("--older-than", type=_age, required=True, metavar="AGE",
+                       help="runs last changed longer ago than AGE: 30d, 12h, 90m, 2w")
+    prune.add_argument("--status", default="done", metavar="S[,S...]",
+                       help="which runs: done (default), failed, budget, comma-separated")
+    prune.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+    prune.add_argument("--archive", metavar="FILE",
+                       help="first write the runs as JSONL (`dayflow import FILE` restores them)")
+
+    sub.add_parser("vacuum", parents=[common], help="give the space of removed runs back to the disk (safe "
+                   "while the dashboard and workers run)")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store = _open(args, create=False, upgrade=False)  # reading only
+    # Every id is resolved (a prefix is enough) before any file is written or request sent.
+    run_ids = list(dict.fromkeys(store.get_run(rid).id for rid in args.run_ids))
+    if args.content is not None and not (args.otlp or args.otlp_file):
+        raise UsageError("--content goes with --otlp or --otlp-file")
+    if args.jsonl:
+        from .store.transfer import new_file, write_jsonl
+
+        with new_file(args.jsonl, "dayflow export") as out:
+            counts = write_jsonl(store, run_ids, out)
+        print(f"exported {counts.run} run(s), {counts.step} step(s), {counts.resume} resume(s) and {counts.task} "
+              f"task(s) to {printable(args.jsonl)}", file=sys.stderr)
+        return 0
+    if args.anthropic:
+        from .agent.loop import replay_request
+        from .store import dumps
+        from .store.transfer import new_file
+
+        bodies = [replay_request(store, rid) for rid in run_ids]
+        with new_file(args.anthropic, "dayflow export") as out:
+            for body in bodies:
+                out.write(dumps(body) + "\n")
+        print(f"wrote the messages of {len(bodies)} run(s) to {printable(args.anthropic)} as Messages API "
+              "request bodies", file=sys.stderr)
+        return 0
+    return _export_traces(store, run_ids, args)
+
+
+def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
+    from . import settings
+    from .agent import otel
+
+    otel.require_sdk("dayflow export --otlp" if args.otlp else "dayflow export --otlp-file")
+    if args.otlp:
+        otel.traces_url(args.otlp)  # a bad URL is refused before anything is read
+    content = settings.current().otel_content if args.content is None else args.content
+    sent: list[str] = []
+    lines: list[str] = []
+    for run_id in run_ids:
+        spans = otel.spans_of(otel.read_source(store, run_id), content=content)
+        if args.otlp:
+            try:
+                otel.send_otlp(args.otlp, spans)
+            except DayflowError as exc:
+                if sent:
+                    raise DayflowError(f"{exc} (already sent: run(s) {', '.join(sent)})") from None
+                raise
+            sent.append(run_id)
+            print(f"sent {len(spans)} span(s) of run {run_id}", file=sys.stderr)
+        else:
+            lines.append(otel.otlp_json(spans))
+    if args.otlp_file:
+        from .store.transfer import new_file
+
+        with new_file(args.otlp_file, "dayflow export") as out:
+            out.writelines(line + "\n" for line in lines)
+        print(f"wrote the traces of {len(lines)} run(s) to {printable(args.otlp_file)} (OTLP JSON)", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .store.transfer import import_archive, read_archive
+
+    archive = read_archive(args.file)  # the whole file is checked before the database is opened
+    store = _open(args)
+    report = import_archive(store, archive, as_new=args.as_new)
+    for old, new in report.runs:
+        print(f"imported run {printable(old)}" + (f" as {new}" if new != old else ""))
+    notes = [f"{report.steps} step(s)", f"{report.resumes} resume(s)", f"{report.tasks_added} task(s) added"]
+    if report.tasks_relinked:
+        notes.append(f"{report.tasks_relinked} kept task(s) linked to their run again")
+    if report.tasks_kept:
+        notes.append(f"{report.tasks_kept} task(s) already here under the same key (kept as they are)")
+    if report.renumbered:
+        notes.append(f"{report.renumbered} row id(s) taken here, given new ones")
+    print(f"{len(report.runs)} run(s) into {printable(store.label)}: {', '.join(notes)}", file=sys.stderr)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from .store.retention import parse_statuses, prunable_runs, prune
+    from .store.transfer import new_file, write_jsonl
+
+    statuses = parse_statuses(args.status)
+    store = _open(args, create=False)
+    candidates = prunable_runs(store, older_than=args.older_than, statuses=statuses)
+    which = "/".join(s.value for s in statuses)
+    if not candidates:
+        print(f"nothing to prune: no {which} run was last changed more than {_age_words(args.older_than)} ago", file=sys.stderr)
+        return 0
+
+    def line(verb: str, c) -> str:
+        return (f"{verb} {printable(c.id)}  {c.status:<6}  last change {c.updated_at[:19]}  steps={c.steps}  "
+                f"tasks={c.tasks}  {c.row_bytes:,} bytes")
+
+    if args.dry_run:
+        for c in candidates:
+            print(line("would remove", c))
+        total = sum(c.row_bytes for c in candidates)
+        archive = f"; --archive would first write them to {printable(args.archive)}" if args.archive else ""
+        print(f"dry run: {len(candidates)} run(s), {sum(c.steps for c in candidates)} step(s), {total:,} bytes of "
+              f"stored text would go; {sum(c.tasks for c in candidates)} task(s) would stay{archive}")
+        return 0
+    if args.archive:
+        with new_file(args.archive, "dayflow prune --archive") as out:
+            write_jsonl(store, [c.id for c in candidates], out)
+    report = prune(store, candidates)
+    for c in report.removed:
+        print(line("removed", c))
+    for run_id in report.changed:
+        print(f"kept {printable(run_id)}: it changed after it was selected (resumed?)")
+    summary = (f"removed {len(report.removed)} run(s), {report.steps} step(s), {report.resumes} resume record(s): "
+               f"{report.row_bytes:,} bytes of stored text; {report.tasks_unlinked} task(s) kept")
+    if args.archive:
+        summary += f"; archived in {printable(args.archive)}"
+    print(summary)
+    if report.freed_bytes is not None:
+        print(f"{report.freed_bytes:,} bytes of the database file are now free pages, reused by new runs; "
+              "`dayflow vacuum` gives them back to the disk")
+    else:
+        print("PostgreSQL reuses the space for new rows; `dayflow vacuum` runs VACUUM (ANALYZE) now")
+    return 0
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    from .store.retention import vacuum
+
+    store = _open(args, create=False)
+    report = vacuum(store)
+    before, after = report.before.total, report.after.total
+    if store.is_postgres:
+        print(f"VACUUM (ANALYZE) done in {report.seconds:.1f} s: Dayflow's tables hold {after:,} bytes; their free "
+              "space is reused by new rows (VACUUM FULL would shrink the files but locks the tables: not run)")
+        return 0
+    print(f"vacuumed {printable(store.label)} in {report.seconds:.1f} s: {before:,} -> {after:,} bytes on disk "
+          f"({max(before - after, 0):,} given back)")
+    if report.converted:
+        print("this first vacuum rewrote the file once to switch it to incremental vacuuming; later ones free "
+              "space a megabyte at a time")
+    if not report.wal_truncated:
+        print("a reader still held the write-ahead log: the -wal file shrinks at the next checkpoint")
+    return 0
+
+
+COMMANDS.update({"export": cmd_export, "import": cmd_import, "prune": cmd_prune, "vacuum": cmd_vacuum})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

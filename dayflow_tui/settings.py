@@ -63,6 +63,10 @@ class Settings:
     # Where Dayflow keeps its default database and its spool of replies that could not be committed.
     data_dir: Path | None = None
     state_dir: Path | None = None
+    # OpenTelemetry: send each run's spans to this OTLP/HTTP receiver while it runs (None: off), and
+    # whether the spans carry the content (messages, replies, tool arguments and results).
+    otel_endpoint: str | None = None
+    otel_content: bool = False
     # Test hook: append "pid messages time" per offline call to this file.
     call_log: str | None = None
     debug: bool = False
@@ -146,6 +150,16 @@ def _flag(raw: Any) -> bool:
     return str(raw).strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _http_url(raw: Any) -> str | None:
+    text = _text(raw)
+    if text is None:
+        return None
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError("not an http:// or https:// URL")
+    return text
+
+
 def _path(raw: Any) -> Path | None:
     text = _text(raw)
     return Path(text).expanduser() if text else None
@@ -166,6 +180,9 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", _seconds, "a number of seconds"),
     "data_dir": ("DAYFLOW_DATA_DIR", _path, "a directory"),
     "state_dir": ("DAYFLOW_STATE_DIR", _path, "a directory"),
+    "otel_endpoint": ("DAYFLOW_OTEL_ENDPOINT", _http_url, "an OTLP/HTTP receiver's http:// or https:// URL "
+                      "(e.g. http://localhost:4318)"),
+    "otel_content": ("DAYFLOW_OTEL_CONTENT", _flag, "1 or 0"),
     "call_log": ("DAYFLOW_CALL_LOG", _text, "a file path"),
     "debug": ("DAYFLOW_DEBUG", _flag, "1 or 0"),
 }

@@ -76,6 +76,8 @@ class RunResult:
     calls: int = 0  # paid model calls made by this invocation
     replayed_steps: int = 0
     error: str | None = None
+    # Live OpenTelemetry export (setting otel_endpoint): why some spans were not sent, if they were not.
+    trace_problem: str | None = None
 
 
 OnStep = Callable[[StepEvent], None]
@@ -111,6 +113,16 @@ def next_request_preview(store: Store, run_id: str) -> RequestPreview:
     """Exactly the message list the run's next call would send (for the dashboard)."""
     run = store.get_run(run_id)
     return prepare_messages(rebuild_messages(store, run.id), run.compact_at)
+
+
+def replay_request(store: Store, run_id: str) -> dict:
+    """The run's whole message list as a Messages API request body (``dayflow export --anthropic``).
+
+    Every committed turn as stored, uncompacted, with the system prompt and
+    tools Dayflow sends: POST it to /v1/messages to replay the run anywhere.
+    """
+    run = store.get_run(run_id)
+    return build_request(run.model, rebuild_messages(store, run.id))
 
 
 def default_compact_at() -> int | None:
@@ -395,6 +407,7 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
     model = model or default_model()
     if client is None:
         client = make_client(model)  # fail on a missing key before a run is recorded
+    _require_live_export()
     run, lease = store.create_claimed_run(user_msg, model=model, budget_tokens=budget_tokens,
                                           max_steps=max_steps, compact_at=compact_at or None, run_id=run_id)
     if on_start is not None:
@@ -440,6 +453,7 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         messages_from(run, store.replay_steps(run.id))  # a damaged history is refused with nothing written
         if client is None:
             client = make_client(run.model)  # a missing key is refused with nothing written
+        _require_live_export()
         lease = store.claim(run.id, fresh_attempts=True)
     try:
         if budget_tokens is not None or max_steps is not None or compact_at is not None:
@@ -455,7 +469,34 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
                          crash_after_step=crash_after_step, should_stop=should_stop)
 
 
+def _require_live_export() -> None:
+    """With the otel_endpoint setting, a missing OpenTelemetry SDK is refused before a run is claimed."""
+    from .otel import require_live_export
+
+    require_live_export()
+
+
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
+    """Drive a claimed run; with the otel_endpoint setting its spans are sent as its steps commit."""
+    from .otel import live_export_wanted, live_trace
+
+    if not live_export_wanted():
+        return _drive_claimed(store, run_id, lease, **options)
+    try:
+        trace = live_trace(store, run_id)
+    except BaseException:
+        store.release(lease)
+        raise
+    options["on_step"] = trace.watching(options.get("on_step"))
+    try:
+        result = _drive_claimed(store, run_id, lease, **options)
+    finally:
+        problem = trace.finish()  # after the release: the agent span ends with the run as it now stands
+    result.trace_problem = problem
+    return result
+
+
+def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
     """Drive a leased run; however the attempt ends, the lease is released.
 
     An attempt that ends without committing a step (a reply that could not be

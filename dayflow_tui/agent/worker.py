@@ -51,6 +51,9 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     each thread at its run's next step boundary; the run is released and
     any worker can continue it.
     """
+    from .otel import require_live_export
+
+    require_live_export()  # with the otel_endpoint setting, a missing SDK stops the worker before any claim
     stop = stop or threading.Event()
     report = WorkReport()
     lock = threading.Lock()

@@ -89,6 +89,9 @@ class SqliteBackend(Backend):
     kind = "sqlite"
     container = "file"
     PRAGMAS = {
+        # Set before the first table of a new file (a no-op on an older one until `dayflow vacuum` converts
+        # it): free pages can then be given back a little at a time, with workers and the dashboard running.
+        "auto_vacuum": "incremental",
         "journal_mode": "wal",
         "foreign_keys": 1,
         "synchronous": "full",  # a paid step must survive power loss

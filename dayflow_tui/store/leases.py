@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .. import clock, settings
 from ..errors import RunBusy
 from .models import Run
+from .resumes import record_resume
 from .retry import store_call
 from .status import RunStatus
 
@@ -228,7 +229,11 @@ class LeaseQueries:
                         else Run.lease_token == seen.lease_token,
                         Run.heartbeat_at.is_null() if seen.heartbeat_at is None
                         else Run.heartbeat_at == seen.heartbeat_at))
-        return query.execute() == 1
+        won = query.execute() == 1
+        if won:
+            record_resume(seen, at=values["updated_at"], host=values["owner_host"], pid=values["owner_pid"],
+                          owner_alive=seen.lease_token is not None and owner_alive(seen))
+        return won
 
     @store_call
     def claim_next(self: "Store", *, stale_after: float = STALE_AFTER_S) -> Lease | None:

@@ -155,6 +155,27 @@ class Task(BaseModel):
         table_name = "tasks"
 
 
+class RunResume(BaseModel):
+    """One resume of a run: a claim of a run that had been driven before (after a crash, a failure, a budget stop).
+
+    The lease columns on ``runs`` are overwritten by every claim; this row keeps
+    when each resume began and where, so an exported trace can mark it. Written
+    in the claim's own transaction (``store.resumes.record_resume``).
+    """
+
+    id = AutoField()
+    run = ForeignKeyField(Run, column_name="run_id", backref="resumes", on_delete="CASCADE", lazy_load=False)
+    at = CharField(max_length=32)
+    after_step = IntegerField()  # steps committed when it began: the next call is step after_step + 1
+    previous_status = CharField(max_length=16)  # what a user saw: interrupted, failed or budget
+    owner_host = CharField(max_length=255)
+    owner_pid = IntegerField()
+
+    class Meta:
+        table_name = "run_resumes"
+        indexes = ((("run", "id"), False),)
+
+
 class StoreMeta(BaseModel):
     """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
 
@@ -180,5 +201,5 @@ class ChangeCounter(BaseModel):
         table_name = "dayflow_changes"
 
 
-MODELS = (Run, Step, Task)
+MODELS = (Run, Step, Task, RunResume)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

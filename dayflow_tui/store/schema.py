@@ -18,6 +18,7 @@ import peewee
 from .. import clock
 from ..errors import StoreError
 from .models import MODELS, POSTGRES_MODELS, Run, Step, Task
+from .resumes import add_resumes_table
 from .sample_tasks import SEED_TASKS
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ def _replies_as_sent(store: "Store") -> None:
                                  f"TYPE {kind}")
 
 
-MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent)
+MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
+                                                    add_resumes_table)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,247 @@
+"""Retention: removing old finished runs a person asked to remove, and giving the space back.
+
+Nothing here runs on its own: ``dayflow prune`` and ``dayflow vacuum`` are
+typed by a person. Prune removes runs and their steps and resumes; tasks are
+the person's and stay (their link to a removed run is cleared, and an
+archive re-imported restores it). A run that is queued, running (or
+interrupted), or that changed after it was selected, is never removed: the
+delete re-checks each run's status, step count and ``updated_at`` under the
+write lock (PostgreSQL: the row locks) in the transaction that deletes it.
+
+Vacuum gives free space back to the disk while the dashboard and workers go
+on. SQLite: a database in incremental auto-vacuum mode (new databases are;
+an older one is converted by one full ``VACUUM`` the first time) is shrunk a
+megabyte per short write transaction, so a worker's commit waits at most one
+chunk; the write-ahead log is then checkpointed and truncated. PostgreSQL: a
+plain ``VACUUM (ANALYZE)``, which blocks nobody.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import peewee
+from peewee import fn
+
+from ..errors import UsageError
+from .models import Run, RunResume, Step, Task
+from .retry import store_call
+from .status import RunStatus
+
+if TYPE_CHECKING:
+    from .core import Store
+
+# States a person may prune. Queued and running runs are waiting for or being driven by a worker.
+PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET)
+DEFAULT_PRUNE = (RunStatus.DONE,)
+_CHUNK = 200
+# Incremental vacuum: pages freed per write transaction, and the pause that lets a waiting writer in.
+VACUUM_PAGES_PER_STEP = 256
+VACUUM_PAUSE_S = 0.01
+
+
+def parse_statuses(text: str) -> tuple[RunStatus, ...]:
+    """``done,failed`` -> statuses; a state that is never pruned is refused with the reason."""
+    chosen: list[RunStatus] = []
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        status = RunStatus.parse(word)
+        if status not in PRUNABLE:
+            raise UsageError(f"{status} runs are never pruned (prunable: {', '.join(s.value for s in PRUNABLE)})")
+        if status not in chosen:
+            chosen.append(status)
+    if not chosen:
+        raise UsageError("--status names no state")
+    return tuple(chosen)
+
+
+@dataclass(frozen=True)
+class PruneCandidate:
+    id: str
+    status: str
+    updated_at: str
+    step_count: int
+    steps: int
+    tasks: int
+    row_bytes: int  # the stored text of the run and its steps, in bytes
+
+
+@dataclass
+class PruneReport:
+    removed: list[PruneCandidate] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # selected, then resumed or changed: kept
+    steps: int = 0
+    resumes: int = 0
+    tasks_unlinked: int = 0
+    freed_bytes: int | None = None  # SQLite: pages the delete put on the free list, in bytes
+
+    @property
+    def row_bytes(self) -> int:
+        return sum(c.row_bytes for c in self.removed)
+
+
+def _octets(store: "Store", column: peewee.Field):
+    if store.is_postgres:
+        return fn.OCTET_LENGTH(column)
+    return fn.LENGTH(peewee.Cast(column, "BLOB"))
+
+
+def _chunks(items: list, size: int = _CHUNK) -> Iterable[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+@store_call
+def prunable_runs(store: "Store", *, older_than: timedelta, statuses: Iterable[RunStatus] = DEFAULT_PRUNE
+                  ) -> list[PruneCandidate]:
+    """Runs in ``statuses`` whose last change is older than ``older_than``, oldest first."""
+    wanted = [RunStatus(s).value for s in statuses]
+    if any(RunStatus(s) not in PRUNABLE for s in wanted):
+        raise UsageError("only done, failed and budget runs can be pruned")
+    cutoff = store.db_now(-older_than.total_seconds())  # the clock updated_at was stamped with
+    text = (_octets(store, Run.user_msg) + fn.COALESCE(_octets(store, Run.final_text), 0)
+            + fn.COALESCE(_octets(store, Run.error), 0))
+    runs = list(Run.select(Run.id, Run.status, Run.updated_at, Run.step_count, text.alias("text_bytes"))
+                .where(Run.status.in_(wanted), Run.updated_at < cutoff)
+                .order_by(Run.updated_at, Run.id).dicts())
+    steps: dict[str, tuple[int, int]] = {}
+    tasks: dict[str, int] = {}
+    for chunk in _chunks([r["id"] for r in runs]):
+        size = _octets(store, Step.assistant) + fn.COALESCE(_octets(store, Step.tool_results), 0)
+        for run_id, count, total in (Step.select(Step.run, fn.COUNT(Step.n), fn.SUM(size))
+                                     .where(Step.run.in_(chunk)).group_by(Step.run).tuples()):
+            steps[run_id] = (count, int(total or 0))
+        for run_id, count in (Task.select(Task.run, fn.COUNT(Task.id)).where(Task.run.in_(chunk))
+                              .group_by(Task.run).tuples()):
+            tasks[run_id] = count
+    return [PruneCandidate(id=r["id"], status=r["status"], updated_at=r["updated_at"], step_count=r["step_count"],
+                           steps=steps.get(r["id"], (0, 0))[0], tasks=tasks.get(r["id"], 0),
+                           row_bytes=int(r["text_bytes"] or 0) + steps.get(r["id"], (0, 0))[1])
+            for r in runs]
+
+
+@store_call
+def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
+    """Remove the candidates that are still exactly as selected, in one transaction."""
+    report = PruneReport()
+    free_before = _free_bytes(store)
+    with store.write_transaction():
+        for chunk in _chunks(candidates):
+            seen = {c.id: c for c in chunk}
+            now = Run.select(Run.id, Run.status, Run.updated_at, Run.step_count).where(Run.id.in_(list(seen)))
+            if store.is_postgres:
+                now = now.for_update()  # a claim racing this delete waits, then finds no run
+            current = {r.id: (r.status, r.updated_at, r.step_count) for r in now}
+            gone = []
+            for run_id, candidate in seen.items():
+                if current.get(run_id) == (candidate.status, candidate.updated_at, candidate.step_count) \
+                        and RunStatus(candidate.status) in PRUNABLE:
+                    gone.append(run_id)
+                    report.removed.append(candidate)
+                else:
+                    report.changed.append(run_id)
+            if not gone:
+                continue
+            report.steps += Step.delete().where(Step.run.in_(gone)).execute()
+            report.resumes += RunResume.delete().where(RunResume.run.in_(gone)).execute()
+            report.tasks_unlinked += Task.update(run=None).where(Task.run.in_(gone)).execute()
+            Run.delete().where(Run.id.in_(gone)).execute()
+    free_after = _free_bytes(store)
+    if free_before is not None and free_after is not None:
+        report.freed_bytes = max(free_after - free_before, 0)
+    return report
+
+
+# -- sizes and vacuum --------------------------------------------------------
+
+
+def _pragma(store: "Store", name: str) -> int:
+    return int(store.db.execute_sql(f"PRAGMA {name}").fetchone()[0])
+
+
+def _free_bytes(store: "Store") -> int | None:
+    if store.is_postgres:
+        return None
+    return _pragma(store, "freelist_count") * _pragma(store, "page_size")
+
+
+@dataclass
+class DatabaseSize:
+    total: int  # bytes on disk: the file and its -wal (SQLite), the tables with indexes and TOAST (PostgreSQL)
+    free: int | None  # SQLite: bytes of free pages inside the file
+
+
+@store_call
+def database_size(store: "Store") -> DatabaseSize:
+    if store.is_postgres:
+        tables = [m._meta.table_name for m in (Run, Step, Task, RunResume)]
+        total = sum(int(store.db.execute_sql("SELECT pg_total_relation_size(%s)", (f'"{t}"',)).fetchone()[0])
+                    for t in tables)
+        return DatabaseSize(total=total, free=None)
+    path = Path(store.label)
+    total = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    return DatabaseSize(total=total, free=_free_bytes(store))
+
+
+@dataclass
+class VacuumReport:
+    before: DatabaseSize
+    after: DatabaseSize
+    seconds: float
+    converted: bool = False  # SQLite: this run switched the file to incremental auto-vacuum (one full VACUUM)
+    wal_truncated: bool = True  # False: a reader held the log; the file shrinks at a later checkpoint
+
+
+@store_call
+def _auto_vacuum_mode(store: "Store") -> int:
+    return _pragma(store, "auto_vacuum")
+
+
+@store_call
+def _convert_to_incremental(store: "Store") -> None:
+    """One full ``VACUUM``: it rewrites the file, so it holds the write lock for as long as that takes."""
+    store.db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")
+    store.db.execute_sql("VACUUM")
+
+
+@store_call
+def _vacuum_step(store: "Store") -> int:
+    """Free up to ``VACUUM_PAGES_PER_STEP`` pages in one short write transaction; the free pages left."""
+    # executescript steps the pragma to its end (a plain execute frees one page per step).
+    store.db.connection().executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES_PER_STEP});")
+    return _pragma(store, "freelist_count")
+
+
+@store_call
+def _checkpoint(store: "Store") -> bool:
+    """Copy the log into the file and truncate it; False when a reader kept it from finishing."""
+    busy, _log, _done = store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return busy == 0
+
+
+@store_call
+def _postgres_vacuum(store: "Store") -> None:
+    tables = ", ".join(f'"{m._meta.table_name}"' for m in (Run, Step, Task, RunResume))
+    store.db.execute_sql(f"VACUUM (ANALYZE) {tables}")
+
+
+def vacuum(store: "Store") -> VacuumReport:
+    """Give free space back to the disk, safe while other processes read and write (module docstring)."""
+    started = time.monotonic()
+    before = database_size(store)
+    converted = False
+    truncated = True
+    if store.is_postgres:
+        _postgres_vacuum(store)
+    else:
+        if _auto_vacuum_mode(store) != 2:
+            _convert_to_incremental(store)
+            converted = True
+        while _vacuum_step(store) > 0:
+            time.sleep(VACUUM_PAUSE_S)
+        truncated = _checkpoint(store)
+    return VacuumReport(before=before, after=database_size(store), seconds=time.monotonic() - started,
+                        converted=converted, wal_truncated=truncated)
