@@ -91,13 +91,15 @@ def three_kinds_of_run(target: str, model: str = "offline") -> dict[str, str]:
     try:
         done = run_brief(store, client=CountingClient(), model=model).run_id
         failing = CountingClient(fail_on={2: RuntimeError("overloaded")})
-        with pytest.raises(ModelCallFailed):
-            run_brief(store, client=failing, model=model)
-        failed = store.list_runs(limit=1)[0].id
+        with new_run(store) as failed:
+            with pytest.raises(ModelCallFailed):
+                run_brief(store, client=failing, model=model)
+        failed = failed[0]
         assert resume(failed, store=store, client=CountingClient()).status == "done"
-        with pytest.raises(SystemExit):
-            run_brief(store, client=CountingClient(), model=model, crash_after_step=2)
-        interrupted = store.list_runs(limit=1)[0].id
+        with new_run(store) as interrupted:
+            with pytest.raises(SystemExit):
+                run_brief(store, client=CountingClient(), model=model, crash_after_step=2)
+        interrupted = interrupted[0]
     finally:
         store.close()
     dead = subprocess.Popen(["true"])
@@ -105,6 +107,19 @@ def three_kinds_of_run(target: str, model: str = "offline") -> dict[str, str]:
     _set(target, "UPDATE runs SET owner_host = %s, owner_pid = %s, lease_token = %s, heartbeat_at = created_at "
          "WHERE id = %s", (os.uname().nodename, dead.pid, "f" * 32, interrupted))
     return {"done": done, "resumed": failed, "interrupted": interrupted}
+
+
+@contextlib.contextmanager
+def new_run(store) -> Iterator[list[str]]:
+    """``with new_run(store) as made:`` -> ``made[0]`` is the id of the one run created in the block.
+
+    (Not the newest by ``created_at``: under a pinned clock every run is created at the same moment.)
+    """
+    before = {r.id for r in store.list_runs(limit=100_000)}
+    made: list[str] = []
+    yield made
+    [created] = {r.id for r in store.list_runs(limit=100_000)} - before
+    made.append(created)
 
 
 def _set(target: str, sql: str, params: tuple) -> None:

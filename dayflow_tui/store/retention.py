@@ -48,7 +48,10 @@ def parse_statuses(text: str) -> tuple[RunStatus, ...]:
     """``done,failed`` -> statuses; a state that is never pruned is refused with the reason."""
     chosen: list[RunStatus] = []
     for word in filter(None, (w.strip() for w in text.split(","))):
-        status = RunStatus.parse(word)
+        try:
+            status = RunStatus.parse(word)
+        except ValueError as exc:
+            raise UsageError(f"--status: {exc}") from None
         if status not in PRUNABLE:
             raise UsageError(f"{status} runs are never pruned (prunable: {', '.join(s.value for s in PRUNABLE)})")
         if status not in chosen:

@@ -201,6 +201,9 @@ class RunTable(ScrollView, can_focus=True):
             return False
         self._marker = marker
         changed = self.store.runs_updated_since(self._since())
+        if self._runs_were_removed(changed):
+            self.reload(keep=self.current.id if self.current else None)
+            return True
         if self.filter.active and any(run.id not in self._positions for run in changed):
             self.reload(keep=self.current.id if self.current else None)
             return True
@@ -229,6 +232,20 @@ class RunTable(ScrollView, can_focus=True):
                 self.cursor = self._positions[keep] if not (at_top and self.cursor == 0) else 0
             self.refresh()
         return bool(changed)
+
+    def _runs_were_removed(self, changed: list[Run]) -> bool:
+        """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
+
+        Fewer runs than shown plus the new ones that are about to slot in
+        means some went. One ``COUNT`` per commit seen (about 1 ms at
+        100,000 runs).
+        """
+        if self.filter.status in LIVENESS_FILTERS:
+            return False  # running and interrupted runs are never removed
+        last = _key(self.rows[-1]) if self.rows else None
+        arriving = sum(1 for run in changed if run.id not in self._positions
+                       and (self._exhausted or last is None or _key(run) > last))
+        return self.store.count_runs(status=self.filter.stored(), search=self.filter.search) < self.total + arriving
 
     def _since(self) -> str:
         """A little before the newest ``updated_at`` seen: timestamps can tie (ms resolution, pinned clocks)."""
