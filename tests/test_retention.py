@@ -316,3 +316,27 @@ def dashboard_alive(dashboard) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_run_list_drops_runs_pruned_by_another_process(db_target, store, monkeypatch, anyio_backend):
+    from dayflow_tui.tui.app import DayflowApp
+    from dayflow_tui.tui.widgets.run_table import RunTable
+
+    from .tui_helpers import SIZE, screen_text, wait_for
+
+    monkeypatch.setenv("DAYFLOW_FAKE_NOW", clock.iso(clock.now() - timedelta(days=60)))
+    old = [run_brief(store, client=CountingClient(), user_msg=f"old brief {i}").run_id for i in range(3)]
+    monkeypatch.delenv("DAYFLOW_FAKE_NOW")
+    new = [run_brief(store, client=CountingClient()).run_id for _ in range(2)]
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one(RunTable)
+        assert table.total == 5
+        pruned = dayflow("prune", "--older-than", "30d", db=db_target)
+        assert pruned.returncode == 0, pruned.stderr
+        await wait_for(pilot, lambda: table.total == 2)
+        assert sorted(table.row(i).id for i in range(table.total)) == sorted(new)
+        assert not any(run_id in screen_text(app) for run_id in old)

@@ -302,8 +302,12 @@ def plan_run(source: TraceSource, *, content: bool) -> list[SpanPlan]:
 
 
 def available() -> bool:
-    return importlib.util.find_spec("opentelemetry.sdk") is not None and \
-        importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    """Is the SDK installed? Asked without importing it (commands that send nothing stay fast)."""
+    try:
+        return all(importlib.util.find_spec(name) is not None
+                   for name in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+    except (ImportError, ValueError):  # a parent package missing or broken
+        return False
 
 
 def require_sdk(why: str) -> None:
