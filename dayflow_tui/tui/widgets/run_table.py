@@ -237,8 +237,8 @@ class RunTable(ScrollView, can_focus=True):
         """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
 
         Fewer runs than shown plus the new ones that are about to slot in
-        means some went. One ``COUNT`` per commit seen (about 1 ms at
-        100,000 runs).
+        means some went. One ``COUNT`` per poll that saw a commit (an index
+        scan: a few milliseconds at 100,000 runs).
         """
         if self.filter.status in LIVENESS_FILTERS:
             return False  # running and interrupted runs are never removed
