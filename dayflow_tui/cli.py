@@ -435,10 +435,10 @@ def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
                 otel.send_otlp(args.otlp, spans)
             except DayflowError as exc:
                 if sent:
-                    raise DayflowError(f"{exc} (already sent: run(s) {', '.join(sent)})") from None
+                    raise DayflowError(f"{exc} (already sent: run(s) {printable(', '.join(sent))})") from None
                 raise
             sent.append(run_id)
-            print(f"sent {len(spans)} span(s) of run {run_id}", file=sys.stderr)
+            print(f"sent {len(spans)} span(s) of run {printable(run_id)}", file=sys.stderr)
         else:
             lines.append(otel.otlp_json(spans))
     if args.otlp_file:
@@ -457,7 +457,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     store = _open(args)
     report = import_archive(store, archive, as_new=args.as_new)
     for old, new in report.runs:
-        print(f"imported run {printable(old)}" + (f" as {new}" if new != old else ""))
+        print(f"imported run {printable(old)}" + (f" as {printable(new)}" if new != old else ""))
     notes = [f"{report.steps} step(s)", f"{report.resumes} resume(s)", f"{report.tasks_added} task(s) added"]
     if report.tasks_relinked:
         notes.append(f"{report.tasks_relinked} kept task(s) linked to their run again")
@@ -482,8 +482,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         return 0
 
     def line(verb: str, c) -> str:
-        return (f"{verb} {printable(c.id)}  {c.status:<6}  last change {c.updated_at[:19]}  steps={c.steps}  "
-                f"tasks={c.tasks}  {c.row_bytes:,} bytes")
+        return (f"{verb} {printable(c.id)}  {printable(c.status):<6}  last change {printable(c.updated_at[:19])}  "
+                f"steps={c.steps}  tasks={c.tasks}  {c.row_bytes:,} bytes")
 
     if args.dry_run:
         for c in candidates:

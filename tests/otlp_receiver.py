@@ -93,7 +93,6 @@ class OtlpReceiver:
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
-        self.arrived = threading.Condition(self.lock)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,11 +108,10 @@ class OtlpReceiver:
                     return
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                with receiver.arrived:
+                with receiver.lock:
                     receiver.requests.append(request)
                     receiver.paths.append(self.path)
                     receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    receiver.arrived.notify_all()
                 data = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
@@ -123,12 +121,19 @@ class OtlpReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def __enter__(self) -> "OtlpReceiver":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
     @property
     def spans(self) -> list[ReceivedSpan]:
@@ -140,10 +145,3 @@ class OtlpReceiver:
             self.requests.clear()
             self.paths.clear()
 
-    def __enter__(self) -> "OtlpReceiver":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()

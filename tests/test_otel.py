@@ -108,8 +108,11 @@ def test_a_three_step_run_arrives_as_the_documented_spans(db_target, receiver):
 
 def test_exporting_twice_and_to_a_file_gives_the_same_ids(store, receiver, tmp_path, db_target):
     run_id = run_brief(store, client=CountingClient()).run_id
+    # The SDK's own header setting reaches the receiver (a hosted backend's API key goes there).
+    env = cli_env(OTEL_EXPORTER_OTLP_TRACES_HEADERS="x-backend-team=team-key-123")
     for _ in range(2):
-        assert dayflow("export", run_id, "--otlp", receiver.url, db=db_target).returncode == 0
+        assert dayflow("export", run_id, "--otlp", receiver.url, db=db_target, env=env).returncode == 0
+    assert [h.get("x-backend-team") for h in receiver.headers] == ["team-key-123"] * 2
     first, second = (spans_of(r) for r in receiver.requests)
     assert [s.key for s in first] == [s.key for s in second] and len(first) > 4
     assert [s.attributes for s in first] == [s.attributes for s in second]
