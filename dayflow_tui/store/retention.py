@@ -218,10 +218,23 @@ def _vacuum_step(store: "Store") -> int:
     return _pragma(store, "freelist_count")
 
 
+# A truncating checkpoint holds off writers while it waits for readers: wait this long at most.
+CHECKPOINT_WAIT_MS = 250
+
+
 @store_call
 def _checkpoint(store: "Store") -> bool:
-    """Copy the log into the file and truncate it; False when a reader kept it from finishing."""
-    busy, _log, _done = store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    """Copy the log into the file and truncate it; False when a reader kept it from finishing.
+
+    The wait is cut short (``CHECKPOINT_WAIT_MS``, not the 10 s busy timeout)
+    because writers queue behind it; a log left whole shrinks at a later checkpoint.
+    """
+    usual = _pragma(store, "busy_timeout")
+    store.db.execute_sql(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+    try:
+        busy, _log, _done = store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        store.db.execute_sql(f"PRAGMA busy_timeout = {usual}")
     return busy == 0
 
 
