@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.store import open_store
 
 from .api_rules import problems
@@ -216,7 +217,7 @@ def test_anthropic_export_is_a_request_the_api_takes(tmp_path, db_path):
     try:
         for body, run_id in zip(bodies, (made["done"], made["interrupted"])):
             assert body["model"] == "claude-sonnet-5-5" and body["tools"] and body["system"]
-            assert body["messages"] == store.rebuild_messages(run_id)
+            assert body["messages"] == rebuild_messages(store, run_id)
             assert not problems(body["messages"])
     finally:
         store.close()
