@@ -89,9 +89,6 @@ class SqliteBackend(Backend):
     kind = "sqlite"
     container = "file"
     PRAGMAS = {
-        # Set before the first table of a new file (a no-op on an older one until `dayflow vacuum` converts
-        # it): free pages can then be given back a little at a time, with workers and the dashboard running.
-        "auto_vacuum": "incremental",
         "journal_mode": "wal",
         "foreign_keys": 1,
         "synchronous": "full",  # a paid step must survive power loss
@@ -104,9 +101,27 @@ class SqliteBackend(Backend):
         self._identity: tuple[int, int] | None = None
 
     def connect(self) -> peewee.Database:
+        if self.path.exists() and self.path.stat().st_size == 0:
+            self._start_incremental_vacuum()
         db = SqliteDatabase(self.label, pragmas=self.PRAGMAS, timeout=10, check_same_thread=False)
         self._identity = self._file_identity()
         return db
+
+    def _start_incremental_vacuum(self) -> None:
+        """A brand-new (empty) file gets incremental auto-vacuum, which only a file's first table can choose.
+
+        ``dayflow vacuum`` can then give free pages back a megabyte per short
+        transaction while workers and the dashboard go on. Set here, once: the
+        pragma on every connection would try to write even a read-only file.
+        """
+        import sqlite3
+
+        conn = sqlite3.connect(self.label, isolation_level=None)
+        try:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            conn.execute("PRAGMA journal_mode = WAL")  # writes the header that keeps the choice
+        finally:
+            conn.close()
 
     @property
     def short_label(self) -> str:
