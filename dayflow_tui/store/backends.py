@@ -101,27 +101,9 @@ class SqliteBackend(Backend):
         self._identity: tuple[int, int] | None = None
 
     def connect(self) -> peewee.Database:
-        if self.path.exists() and self.path.stat().st_size == 0:
-            self._start_incremental_vacuum()
         db = SqliteDatabase(self.label, pragmas=self.PRAGMAS, timeout=10, check_same_thread=False)
         self._identity = self._file_identity()
         return db
-
-    def _start_incremental_vacuum(self) -> None:
-        """A brand-new (empty) file gets incremental auto-vacuum, which only a file's first table can choose.
-
-        ``dayflow vacuum`` can then give free pages back a megabyte per short
-        transaction while workers and the dashboard go on. Set here, once: the
-        pragma on every connection would try to write even a read-only file.
-        """
-        import sqlite3
-
-        conn = sqlite3.connect(self.label, isolation_level=None)
-        try:
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            conn.execute("PRAGMA journal_mode = WAL")  # writes the header that keeps the choice
-        finally:
-            conn.close()
 
     @property
     def short_label(self) -> str:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET)
 DEFAULT_PRUNE = (RunStatus.DONE,)
 _CHUNK = 200
-# Incremental vacuum: pages freed per write transaction, and the pause that lets a waiting writer in.
-VACUUM_PAGES_PER_STEP = 256
+# Incremental vacuum: bytes freed per write transaction, and the pause that lets a waiting writer in.
+VACUUM_BYTES_PER_STEP = 1 << 20
 VACUUM_PAUSE_S = 0.01
 
 
@@ -212,9 +212,10 @@ def _convert_to_incremental(store: "Store") -> None:
 
 @store_call
 def _vacuum_step(store: "Store") -> int:
-    """Free up to ``VACUUM_PAGES_PER_STEP`` pages in one short write transaction; the free pages left."""
+    """Free up to ``VACUUM_BYTES_PER_STEP`` in one short write transaction; the free pages left."""
+    pages = max(1, VACUUM_BYTES_PER_STEP // _pragma(store, "page_size"))
     # executescript steps the pragma to its end (a plain execute frees one page per step).
-    store.db.connection().executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES_PER_STEP});")
+    store.db.connection().executescript(f"PRAGMA incremental_vacuum({pages});")
     return _pragma(store, "freelist_count")
 
 
