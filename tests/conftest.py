@@ -55,6 +55,8 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.delenv("DAYFLOW_MODEL", raising=False)
     monkeypatch.delenv("DAYFLOW_CALL_LOG", raising=False)
     monkeypatch.delenv("DAYFLOW_COMPACT_AT", raising=False)
+    monkeypatch.delenv("DAYFLOW_OTEL_ENDPOINT", raising=False)  # a developer's live export stays out of tests
+    monkeypatch.delenv("DAYFLOW_OTEL_CONTENT", raising=False)
     monkeypatch.setenv("DAYFLOW_OFFLINE_DELAY", "0")
     monkeypatch.setenv("DAYFLOW_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
