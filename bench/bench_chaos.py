@@ -1,4 +1,4 @@
-"""10. Model calls per committed step under chaos: the pools of ``tests/test_chaos.py``, measured.
+"""11. Model calls per committed step under chaos: the pools of ``tests/test_chaos.py``, measured.
 
 Each trial is a ``tests/chaos_pool.py`` pool of real ``dayflow worker``
 processes draining queued offline runs (3 steps each) while the database
@@ -36,7 +36,7 @@ def _row(report, what: str) -> Row:
             f"{len(report.worker_exits)} worker exit(s) restarted; {report.seconds:.0f} s")
     if report.problems:
         note += f"; PROBLEMS: {'; '.join(report.problems)[:300]}"
-    return Row("10 chaos", f"model calls per committed step, {what}", f"{report.calls_per_step:.3f}",
+    return Row("11 chaos", f"model calls per committed step, {what}", f"{report.calls_per_step:.3f}",
                f"1 + kills/steps = {report.bound:.3f}", report.calls_per_step / report.bound,
                "<= 1 + kills/steps", met, note)
 
@@ -70,9 +70,9 @@ def sqlite_trial(seed: int, quick: bool) -> Row:
 
 def run(quick: bool = False) -> list[Row]:
     seed = random.randrange(1_000_000)
-    print(f"[10] chaos seed {seed}", file=sys.stderr, flush=True)
+    print(f"[11] chaos seed {seed}", file=sys.stderr, flush=True)
     missing = _postgres_missing()
-    rows = [Row("10 chaos", "PostgreSQL trial", "skipped", note=missing) if missing
+    rows = [Row("11 chaos", "PostgreSQL trial", "skipped", note=missing) if missing
             else postgres_trial(seed, quick)]
     rows.append(sqlite_trial(seed, quick))
     return rows

@@ -1,4 +1,4 @@
-"""9. A full step: the response commit and the tool-results commit, through the real ``Store``.
+"""10. A full step: the response commit and the tool-results commit, through the real ``Store``.
 
 Ours is what the loop does for every step that calls a tool: ``append_step``
 (the step row plus the run's totals, lease-checked, one transaction) and then
@@ -128,19 +128,19 @@ def run(quick: bool = False) -> list[Row]:
     ours, raw = found["ours"], found["raw"]
     ratio = median(ours) / median(raw)
     rows = [
-        Row("9 full step", "append_step + set_tool_results, median (2 tx, synchronous=FULL, ~2.4 KB JSON)",
+        Row("10 full step", "append_step + set_tool_results, median (2 tx, synchronous=FULL, ~2.4 KB JSON)",
             ms(median(ours)), f"raw sqlite3 {ms(median(raw))}", ratio, f"<= {TARGET}x", ratio <= TARGET,
             f"{(median(ours) - median(raw)) * 1e6:+.0f} us per step over raw"),
-        Row("9 full step", "the same, p99", ms(pct(ours, 99)), f"raw sqlite3 {ms(pct(raw, 99))}",
+        Row("10 full step", "the same, p99", ms(pct(ours, 99)), f"raw sqlite3 {ms(pct(raw, 99))}",
             pct(ours, 99) / pct(raw, 99)),
     ]
     cpu_ours, cpu_raw = median(found["cpu ours"]), median(found["cpu raw"])
-    rows.append(Row("9 full step", "CPU time per full step, median (the disk's fsync left out)", ms(cpu_ours),
+    rows.append(Row("10 full step", "CPU time per full step, median (the disk's fsync left out)", ms(cpu_ours),
                     f"raw sqlite3 {ms(cpu_raw)}", cpu_ours / cpu_raw, "", None,
                     f"{(cpu_ours - cpu_raw) * 1e6:+.0f} us of CPU per step over raw"))
     for half, what in (("response", "append_step alone"), ("results", "set_tool_results alone")):
         mine, floor = found[f"ours {half}"], found[f"raw {half}"]
-        rows.append(Row("9 full step", f"{what}, median (same rounds)", ms(median(mine)),
+        rows.append(Row("10 full step", f"{what}, median (same rounds)", ms(median(mine)),
                         f"raw sqlite3 {ms(median(floor))}", median(mine) / median(floor), "", None,
                         f"{(median(mine) - median(floor)) * 1e6:+.0f} us"))
     return rows
