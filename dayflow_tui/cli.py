@@ -107,6 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
     tasks.add_argument("--json", action="store_true")
 
+    search = sub.add_parser("search", parents=[common], help="find text in every run, newest first",
+                            description="Search every run's task, model text, tool calls, tool results, final "
+                            'text and errors. QUERY: words (all must match), "exact phrase", -word, prefix*, '
+                            "and status:S tool:NAME run:ID in:text|args|result|error|final|task.")
+    search.add_argument("query", nargs="*", metavar="QUERY", help="what to look for (quote phrases for the shell)")
+    search.add_argument("--json", action="store_true", help="machine-readable output")
+    search.add_argument("--status", metavar="S[,S]", help="only runs with these statuses (interrupted included)")
+    search.add_argument("--agent", metavar="NAME", help="only runs of this agent")
+    search.add_argument("--tool", metavar="NAME", action="append", default=[],
+                        help="only calls to this tool and their results (repeatable)")
+    search.add_argument("--since", metavar="WHEN", help="only hits newer than this: 30m, 12h, 7d, 2w or a date")
+    search.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N hits (default 50)")
+    search.add_argument("--reindex", action="store_true",
+                        help="rebuild the search index from every stored run, then exit")
+
     show = sub.add_parser("show", parents=[common], help="print a run's transcript")
     show.add_argument("run_id", metavar="RUN_ID")
     show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
@@ -264,6 +279,45 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search.lines import hit_json, hit_plain, hit_text
+    from .search.query import check_searchable, parse, parse_since, parse_statuses
+
+    if args.reindex:
+        if args.query:
+            raise UsageError("--reindex takes no query")
+        store = _open(args, create=False)
+        written = store.rebuild_search_index()
+        print(f"search index rebuilt: {written:,} places indexed in {store.label}", file=sys.stderr)
+        return 0
+    # Everything the user typed is checked before the database is opened.
+    query = parse(" ".join(args.query)).with_filters(statuses=parse_statuses(args.status or ""),
+                                                     tools=tuple(args.tool))
+    check_searchable(query)
+    since = parse_since(args.since) if args.since else None
+    store = _open(args, create=False, upgrade=False)
+    result = store.search(query, limit=args.limit, since=since, agent=args.agent)
+    if result.note:
+        print(f"dayflow: note: {printable(result.note)}", file=sys.stderr)
+    if args.json:
+        print(printable_json([hit_json(hit) for hit in result.hits]))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console(highlight=False, markup=False, emoji=False, soft_wrap=False)
+        for hit in result.hits:
+            console.print(hit_text(hit))
+    else:
+        for hit in result.hits:
+            print(hit_plain(hit))
+    if not result.hits:
+        print(f"no matches for {printable(query.source.strip() or 'the filters given')}", file=sys.stderr)
+    elif result.more:
+        print(f"showing the newest {len(result.hits)}; there are more (raise --limit or narrow the query)",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -323,7 +377,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume,
+            "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

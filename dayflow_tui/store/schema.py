@@ -19,6 +19,7 @@ from .. import clock
 from ..errors import StoreError
 from .models import MODELS, POSTGRES_MODELS, Run, Step, Task
 from .sample_tasks import SEED_TASKS
+from .search import add_search_index
 
 if TYPE_CHECKING:
     from .core import Store
@@ -75,7 +76,8 @@ def _replies_as_sent(store: "Store") -> None:
                                  f"TYPE {kind}")
 
 
-MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent)
+MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
+                                                     add_search_index)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

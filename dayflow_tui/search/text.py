@@ -1,0 +1,294 @@
+"""What search sees in a run: its places (task, text, tool calls, tool results, final, error) and their words.
+
+One tokenizer serves every side of search, so they agree by construction:
+the words written into the index (SQLite FTS5 and PostgreSQL alike), the
+words of a query, the check that a stored place really holds a hit, and the
+spans highlighted in a snippet. A word is a run of letters and digits,
+case-folded, with accents dropped (``Café`` and ``cafe`` are one word);
+everything else separates words, so ``read_inbox`` is the two words
+``read inbox`` and ``"mail-3"`` is found by the phrase ``mail 3``.
+
+Nothing here interprets the text: it is cut and measured, never parsed as
+markup. Showing it safely is the renderer's job (``safe_text``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+# A place's text beyond this many characters is neither indexed nor searched
+# (a tool that returns a whole web page): the index stays bounded per step.
+MAX_PLACE_CHARS = 100_000
+# Longer words (base64, blobs) are cut to this many characters on both sides of a match.
+MAX_WORD_CHARS = 128
+
+_WORD = re.compile(r"[^\W_]+")
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+# Where a hit is: the column it is indexed under, and how it is shown.
+TASK, TEXT, ARGS, RESULT, FAILURE, FINAL, ERROR = "task", "text", "args", "result", "failure", "final", "error"
+COLUMNS = (TASK, TEXT, ARGS, RESULT, FAILURE, FINAL, ERROR)
+LABELS = {TASK: "task", TEXT: "text", ARGS: "tool call", RESULT: "tool result", FAILURE: "tool error",
+          FINAL: "final", ERROR: "error"}
+# The words of ``in:``, and the columns each one means. A failed tool result is both a result and an error;
+# the final text is the model's text too.
+PLACES = {"text": (TEXT, FINAL), "args": (ARGS,), "result": (RESULT, FAILURE), "error": (FAILURE, ERROR),
+          "final": (FINAL,), "task": (TASK,)}
+# The word ``--json`` uses for each column's place (a failed tool result is an error with a tool name).
+PLACE_OF = {TASK: "task", TEXT: "text", ARGS: "args", RESULT: "result", FAILURE: "error", FINAL: "final",
+            ERROR: "error"}
+
+
+def _fold(word: str) -> list[str]:
+    """A non-ASCII word as index words: case-folded, compatibility-decomposed, accents dropped."""
+    decomposed = unicodedata.normalize("NFKD", word.casefold())
+    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return [w[:MAX_WORD_CHARS] for w in _WORD.findall(stripped)]
+
+
+def words(text: str) -> list[str]:
+    """The index words of ``text``, in order."""
+    text = text[:MAX_PLACE_CHARS]
+    if text.isascii():
+        return [w[:MAX_WORD_CHARS] for w in _ASCII_WORD.findall(text.lower())]
+    found: list[str] = []
+    for match in _WORD.finditer(text):
+        token = match.group()
+        found.extend([token.lower()[:MAX_WORD_CHARS]] if token.isascii() else _fold(token))
+    return found
+
+
+def words_at(text: str) -> list[tuple[str, int, int]]:
+    """``(word, start, end)`` for each index word: where it sits in ``text`` (for highlighting)."""
+    text = text[:MAX_PLACE_CHARS]
+    found: list[tuple[str, int, int]] = []
+    for match in _WORD.finditer(text):
+        token = match.group()
+        folded = [token.lower()[:MAX_WORD_CHARS]] if token.isascii() else _fold(token)
+        found.extend((word, match.start(), match.end()) for word in folded)
+    return found
+
+
+# -- places -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Place:
+    """One searchable piece of a run: a text block, a tool call, a tool result, the task, the brief, an error."""
+
+    column: str  # one of COLUMNS
+    text: str  # what is searched and shown (a tool call reads ``name {key: value, ...}``)
+    tool: str | None = None
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.column]
+
+
+def flatten(value: Any, depth: int = 0) -> str:
+    """A JSON value as words a person reads: ``{title: Reply to Ana, due: 2026-12-03}``.
+
+    Keys are kept (they are searchable too); strings are shown as they are,
+    not JSON-escaped, so a newline in a value does not glue two words together.
+    """
+    if depth > 64:
+        raise ValueError("nested too deeply")
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {flatten(item, depth + 1)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(flatten(item, depth + 1) for item in value) + "]"
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _readable(value: Any) -> str:
+    try:
+        return flatten(value)
+    except (ValueError, RecursionError):
+        return json.dumps(value, ensure_ascii=False, default=str)[:MAX_PLACE_CHARS]
+
+
+def _result_text(block: dict) -> str:
+    """A tool result's content as text: JSON payloads flattened, plain text as it is."""
+    content = block.get("content")
+    if isinstance(content, list):
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    text = "" if content is None else str(content)
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return flatten(json.loads(text))
+        except (ValueError, RecursionError):
+            return text
+    return text
+
+
+def turn_places(assistant: Iterable[Any], *, final: bool = False) -> list[Place]:
+    """The places of one model turn: its text blocks (the run's final text when ``final``) and tool calls."""
+    places: list[Place] = []
+    for block in assistant:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            places.append(Place(FINAL if final else TEXT, str(block.get("text", ""))))
+        elif kind == "tool_use":
+            name = str(block.get("name", ""))
+            places.append(Place(ARGS, f"{name} {_readable(block.get('input'))}", tool=name))
+    return places
+
+
+def tool_names(assistant: Iterable[Any]) -> dict[str, str]:
+    """tool_use id -> tool name, for naming the results that answer them."""
+    return {str(b.get("id")): str(b.get("name", "")) for b in assistant
+            if isinstance(b, dict) and b.get("type") == "tool_use"}
+
+
+def result_places(results: Iterable[Any], names: dict[str, str]) -> list[Place]:
+    """The places of a step's tool results: one per result, an error result under ``failure``."""
+    places: list[Place] = []
+    for block in results:
+        if not isinstance(block, dict):
+            continue
+        name = names.get(str(block.get("tool_use_id")))
+        places.append(Place(FAILURE if block.get("is_error") else RESULT, _result_text(block), tool=name))
+    return places
+
+
+def text_of_turn(assistant: Iterable[Any]) -> str:
+    return "\n".join(str(b.get("text", "")) for b in assistant if isinstance(b, dict) and b.get("type") == "text")
+
+
+def is_final_turn(assistant: list, final_text: str | None) -> bool:
+    """Is ``final_text`` exactly this turn's text (so it is indexed once, as the final text)?"""
+    return final_text is not None and words(final_text) == words(text_of_turn(assistant)) \
+        and any(isinstance(b, dict) and b.get("type") == "text" for b in assistant)
+
+
+# -- matching -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Term:
+    """A word or a phrase of a query, in index words; ``prefix``: the last word may continue."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+    negated: bool = False
+    shown: str = ""  # as the user typed it, for messages
+
+
+@dataclass
+class PlaceWords:
+    """A place with its words measured once (matching and highlighting read the same list)."""
+
+    place: Place
+    located: list[tuple[str, int, int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, place: Place) -> "PlaceWords":
+        return cls(place, words_at(place.text))
+
+    def spans(self, term: Term) -> list[tuple[int, int]]:
+        """Where ``term`` occurs: character spans in the place's text."""
+        located, size = self.located, len(term.words)
+        found: list[tuple[int, int]] = []
+        if not size:
+            return found
+        last = size - 1
+        for i in range(len(located) - size + 1):
+            if all(located[i + k][0] == term.words[k] for k in range(last)):
+                word = located[i + last][0]
+                if word == term.words[last] or (term.prefix and word.startswith(term.words[last])):
+                    found.append((located[i][1], located[i + last][2]))
+        return found
+
+
+def place_matches(places: list[PlaceWords], terms: Iterable[Term]) -> bool:
+    """Every positive term is in one of ``places`` and no negated term is in any of them."""
+    for term in terms:
+        present = any(pw.spans(term) for pw in places)
+        if present == term.negated:
+            return False
+    return True
+
+
+def best_place(places: list[PlaceWords], terms: Iterable[Term]) -> tuple[PlaceWords, list[tuple[int, int]]] | None:
+    """The place holding the most positive terms (the first on a tie), with every span of them in it."""
+    positive = [t for t in terms if not t.negated]
+    best: tuple[int, int, PlaceWords, list[tuple[int, int]]] | None = None
+    for index, pw in enumerate(places):
+        spans: list[tuple[int, int]] = []
+        held = 0
+        for term in positive:
+            found = pw.spans(term)
+            if found:
+                held += 1
+                spans.extend(found)
+        if held and (best is None or held > best[0]):
+            best = (held, index, pw, sorted(set(spans)))
+    return None if best is None else (best[2], best[3])
+
+
+# -- snippets -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A one-line cut of a place around its first match: ``(text, is_match)`` segments, raw (not yet safe)."""
+
+    segments: tuple[tuple[str, bool], ...]
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _match in self.segments)
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def _one_line(text: str) -> str:
+    return _SPACE.sub(" ", text)
+
+
+def snippet(text: str, spans: list[tuple[int, int]], width: int = 100) -> Snippet:
+    """About ``width`` characters of ``text`` around its first span, every span in the window marked.
+
+    Whitespace (newlines included) becomes single spaces; an ellipsis marks a cut.
+    """
+    if not spans:
+        cut = _one_line(text.strip())
+        return Snippet(((cut[:width] + ("…" if len(cut) > width else ""), False),))
+    first_start, first_end = spans[0]
+    lead = max(width // 3, 10)
+    start = max(0, first_start - lead)
+    end = max(first_end, min(len(text), start + width))
+    if start > 0:  # do not start inside a word
+        space = text.rfind(" ", start - 15, start)
+        start = space + 1 if space != -1 else start
+    segments: list[tuple[str, bool]] = []
+    if start > 0:
+        segments.append(("…", False))
+    at = start
+    for span_start, span_end in spans:
+        if span_start < at or span_start >= end:
+            continue
+        span_end = min(span_end, end)
+        if span_start > at:
+            segments.append((_one_line(text[at:span_start]), False))
+        segments.append((_one_line(text[span_start:span_end]), True))
+        at = span_end
+    if at < end:
+        segments.append((_one_line(text[at:end]), False))
+    if end < len(text):
+        segments.append(("…", False))
+    if segments and not segments[0][1] and segments[0][0] != "…":
+        segments[0] = (segments[0][0].lstrip(), False)
+    return Snippet(tuple((text, match) for text, match in segments if text))
