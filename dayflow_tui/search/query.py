@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 FIELDS = ("status", "tool", "run", "in")
 MAX_TERMS = 32
+# Search as you type treats the word being typed as a prefix once it is this long (one letter would
+# match half the index).
+MIN_TYPED_PREFIX = 3
 
 
 class QueryError(UsageError):
@@ -141,7 +144,8 @@ def parse(source: str, *, prefix_last: bool = False) -> Query:
         found = tuple(words(body.rstrip("*").replace('"', " ")))
         if not found:
             continue  # punctuation only: nothing a word index can look for
-        if prefix_last and index == len(pieces) - 1 and not quoted and not negated and not source.endswith(" "):
+        if (prefix_last and index == len(pieces) - 1 and not quoted and not negated and not source.endswith(" ")
+                and len(found[-1]) >= MIN_TYPED_PREFIX):
             prefix = True
         terms.append(Term(found, prefix=prefix, negated=negated, shown=piece))
     if len(terms) > MAX_TERMS:

@@ -220,21 +220,16 @@ def place_matches(places: list[PlaceWords], terms: Iterable[Term]) -> bool:
     return True
 
 
-def best_place(places: list[PlaceWords], terms: Iterable[Term]) -> tuple[PlaceWords, list[tuple[int, int]]] | None:
-    """The place holding the most positive terms (the first on a tie), with every span of them in it."""
+def best_place(places: list[PlaceWords], terms: Iterable[Term]) -> tuple[PlaceWords, list[list[tuple[int, int]]]] | None:
+    """The place holding the most positive terms (the first on a tie), with each term's spans in it."""
     positive = [t for t in terms if not t.negated]
-    best: tuple[int, int, PlaceWords, list[tuple[int, int]]] | None = None
-    for index, pw in enumerate(places):
-        spans: list[tuple[int, int]] = []
-        held = 0
-        for term in positive:
-            found = pw.spans(term)
-            if found:
-                held += 1
-                spans.extend(found)
+    best: tuple[int, PlaceWords, list[list[tuple[int, int]]]] | None = None
+    for pw in places:
+        found = [pw.spans(term) for term in positive]
+        held = sum(1 for spans in found if spans)
         if held and (best is None or held > best[0]):
-            best = (held, index, pw, sorted(set(spans)))
-    return None if best is None else (best[2], best[3])
+            best = (held, pw, [spans for spans in found if spans])
+    return None if best is None else (best[1], best[2])
 
 
 # -- snippets -----------------------------------------------------------------
@@ -258,27 +253,43 @@ def _one_line(text: str) -> str:
     return _SPACE.sub(" ", text)
 
 
-def snippet(text: str, spans: list[tuple[int, int]], width: int = 100) -> Snippet:
-    """About ``width`` characters of ``text`` around its first span, every span in the window marked.
+def _anchor(groups: list[list[tuple[int, int]]], reach: int) -> tuple[int, int]:
+    """The span to centre a snippet on: the one with the most other terms within ``reach`` after it."""
+    best: tuple[int, tuple[int, int]] | None = None
+    for span in sorted(span for group in groups for span in group[:50]):
+        end = span[0] + reach
+        covered = sum(1 for group in groups if any(span[0] <= s and e <= end for s, e in group))
+        if best is None or covered > best[0]:
+            best = (covered, span)
+    assert best is not None
+    return best[1]
 
-    Whitespace (newlines included) becomes single spaces; an ellipsis marks a cut.
+
+def snippet(text: str, groups: list[list[tuple[int, int]]], width: int = 100) -> Snippet:
+    """About ``width`` characters of ``text`` around its matches, every match in the window marked.
+
+    ``groups`` holds each term's spans; the window goes where most terms are
+    close together. Whitespace (newlines included) becomes single spaces; an
+    ellipsis marks a cut.
     """
+    spans = sorted({span for group in groups for span in group})
     if not spans:
         cut = _one_line(text.strip())
         return Snippet(((cut[:width] + ("…" if len(cut) > width else ""), False),))
-    first_start, first_end = spans[0]
+    first_start, first_end = _anchor(groups, width * 2 // 3)
     lead = max(width // 3, 10)
     start = max(0, first_start - lead)
     end = max(first_end, min(len(text), start + width))
     if start > 0:  # do not start inside a word
-        space = text.rfind(" ", start - 15, start)
+        space = text.rfind(" ", max(start - 15, 0), start)
         start = space + 1 if space != -1 else start
     segments: list[tuple[str, bool]] = []
     if start > 0:
         segments.append(("…", False))
     at = start
     for span_start, span_end in spans:
-        if span_start < at or span_start >= end:
+        span_start = max(span_start, at)
+        if span_start >= end or span_end <= span_start:
             continue
         span_end = min(span_end, end)
         if span_start > at:
@@ -289,6 +300,21 @@ def snippet(text: str, spans: list[tuple[int, int]], width: int = 100) -> Snippe
         segments.append((_one_line(text[at:end]), False))
     if end < len(text):
         segments.append(("…", False))
-    if segments and not segments[0][1] and segments[0][0] != "…":
+    if len(segments) > 1 and segments[0][0] == "…" and not segments[1][1]:
+        segments[1] = (segments[1][0].lstrip(), False)
+    elif segments and not segments[0][1]:
         segments[0] = (segments[0][0].lstrip(), False)
-    return Snippet(tuple((text, match) for text, match in segments if text))
+    return Snippet(tuple((piece, match) for piece, match in segments if piece))
+
+
+def highlight_spans(text: str, terms: Iterable[Term]) -> list[tuple[int, int]]:
+    """Where the positive ``terms`` occur in any shown text (a widget's, a line's), merged and in order."""
+    located = PlaceWords.of(Place(TEXT, text))
+    spans = sorted({span for term in terms if not term.negated for span in located.spans(term)})
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged

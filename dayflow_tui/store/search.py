@@ -469,6 +469,7 @@ class Hit:
     at: str  # when the step was committed (the run's last update for the task, final text and errors)
     doc_id: int = 0  # position in the index (newest first); 0 when found by a scan
     others: tuple[tuple[str, str | None], ...] = ()  # other places of the same step that match too
+    held: int = 0  # how many of the query's words and phrases the shown place holds
 
     @property
     def label(self) -> str:
@@ -766,14 +767,15 @@ def _hit_of(doc: _Doc, query: Query, status: str, at: str) -> Hit | None:
     if not measured or not place_matches(measured, query.terms):
         return None
     best = best_place(measured, query.terms)
-    if best is None:  # no positive term (tool: or run: alone): the first place stands for the step
-        chosen, spans = measured[0], []
+    if best is None:  # no positive term (in:, tool: or run: alone): the first place stands for the step
+        chosen, groups = measured[0], []
     else:
-        chosen, spans = best
+        chosen, groups = best
     others = tuple((pw.place.column, pw.place.tool) for pw in measured
                    if pw is not chosen and any(pw.spans(t) for t in query.positive))
-    return Hit(doc.run_id, doc.n, chosen.place.column, chosen.place.tool, snippet(chosen.place.text, spans),
-               status, at, doc.doc_id, others)
+    held = sum(1 for term in query.positive if chosen.spans(term))
+    return Hit(doc.run_id, doc.n, chosen.place.column, chosen.place.tool, snippet(chosen.place.text, groups),
+               status, at, doc.doc_id, others, held)
 
 
 def _runs_by_id(store: "Store", run_ids: Sequence[str]) -> dict[str, Run]:
