@@ -285,13 +285,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.reindex:
         if args.query:
-            raise UsageError("--reindex takes no query")
+            raise UsageError("--reindex takes no query: dayflow search --reindex [--db PATH|URL]")
         store = _open(args, create=False)
         written = store.rebuild_search_index()
         print(f"search index rebuilt: {written:,} places indexed in {store.label}", file=sys.stderr)
         return 0
     # Everything the user typed is checked before the database is opened.
-    query = parse(" ".join(args.query)).with_filters(statuses=parse_statuses(args.status or ""),
+    query = parse(" ".join(word.removeprefix(_QUERY_WORD) for word in args.query)).with_filters(statuses=parse_statuses(args.status or ""),
                                                      tools=tuple(args.tool))
     check_searchable(query)
     since = parse_since(args.since) if args.since else None
@@ -381,6 +381,25 @@ COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "r
             "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search}
 
 
+# ``dayflow search budget -draft``: a query word can start with "-". Before argparse sees it, such a word
+# gets this mark in front (so it is not taken for an option); cmd_search takes the mark off.
+_QUERY_WORD = "\ue000"
+
+
+def _mark_query_words(argv: list[str]) -> list[str]:
+    if not argv or argv[0] != "search":
+        return argv
+    marked = [argv[0]]
+    words_only = False
+    for token in argv[1:]:
+        if words_only or (token.startswith("-") and not token.startswith("--") and token not in ("-", "-h")):
+            marked.append(_QUERY_WORD + token)
+        else:
+            words_only = token == "--"
+            marked.append(token)
+    return marked
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -407,7 +426,7 @@ def _exit_quickly() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_mark_query_words(list(sys.argv[1:] if argv is None else argv)))
     try:
         from .settings import current
 

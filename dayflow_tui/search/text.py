@@ -28,6 +28,17 @@ MAX_WORD_CHARS = 128
 
 _WORD = re.compile(r"[^\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+# Terminal escape sequences (colour codes in a shell tool's output, cursor moves in a mail subject) separate
+# words instead of gluing their final letter to the next word: "\x1b[31mERROR" holds the word "error". An
+# OSC's text (a title, a link's address) stays searchable: only its introducer is blanked.
+_ESCAPE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with each escape sequence blanked out (same length: word positions stay where they are)."""
+    if "\x1b" not in text and "\x9b" not in text:
+        return text
+    return _ESCAPE.sub(lambda match: " " * len(match.group()), text)
 
 # Where a hit is: the column it is indexed under, and how it is shown.
 TASK, TEXT, ARGS, RESULT, FAILURE, FINAL, ERROR = "task", "text", "args", "result", "failure", "final", "error"
@@ -52,7 +63,7 @@ def _fold(word: str) -> list[str]:
 
 def words(text: str) -> list[str]:
     """The index words of ``text``, in order."""
-    text = text[:MAX_PLACE_CHARS]
+    text = _unescaped(text[:MAX_PLACE_CHARS])
     if text.isascii():
         return [w[:MAX_WORD_CHARS] for w in _ASCII_WORD.findall(text.lower())]
     found: list[str] = []
@@ -64,7 +75,7 @@ def words(text: str) -> list[str]:
 
 def words_at(text: str) -> list[tuple[str, int, int]]:
     """``(word, start, end)`` for each index word: where it sits in ``text`` (for highlighting)."""
-    text = text[:MAX_PLACE_CHARS]
+    text = _unescaped(text[:MAX_PLACE_CHARS])
     found: list[tuple[str, int, int]] = []
     for match in _WORD.finditer(text):
         token = match.group()
@@ -103,8 +114,12 @@ def flatten(value: Any, depth: int = 0) -> str:
         return "[" + ", ".join(flatten(item, depth + 1) for item in value) + "]"
     if isinstance(value, str):
         return value
-    if value is None or isinstance(value, (bool, int, float)):
-        return json.dumps(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
     return str(value)
 
 
@@ -191,23 +206,38 @@ class PlaceWords:
 
     place: Place
     located: list[tuple[str, int, int]] = field(default_factory=list)
+    _found: dict[Term, list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, place: Place) -> "PlaceWords":
         return cls(place, words_at(place.text))
 
     def spans(self, term: Term) -> list[tuple[int, int]]:
-        """Where ``term`` occurs: character spans in the place's text."""
+        """Where ``term`` occurs: character spans in the place's text (asked often: kept)."""
+        found = self._found.get(term)
+        if found is None:
+            found = self._found[term] = self._find(term)
+        return found
+
+    def _find(self, term: Term) -> list[tuple[int, int]]:
         located, size = self.located, len(term.words)
-        found: list[tuple[int, int]] = []
         if not size:
-            return found
-        last = size - 1
+            return []
+        last = term.words[-1]
+        if size == 1:
+            if term.prefix:
+                return [(start, end) for word, start, end in located if word.startswith(last)]
+            return [(start, end) for word, start, end in located if word == last]
+        first, middle = term.words[0], term.words[1:-1]
+        found: list[tuple[int, int]] = []
         for i in range(len(located) - size + 1):
-            if all(located[i + k][0] == term.words[k] for k in range(last)):
-                word = located[i + last][0]
-                if word == term.words[last] or (term.prefix and word.startswith(term.words[last])):
-                    found.append((located[i][1], located[i + last][2]))
+            if located[i][0] != first:
+                continue
+            if any(located[i + 1 + k][0] != word for k, word in enumerate(middle)):
+                continue
+            word = located[i + size - 1][0]
+            if word == last or (term.prefix and word.startswith(last)):
+                found.append((located[i][1], located[i + size - 1][2]))
         return found
 
 
