@@ -47,6 +47,8 @@ RUN_MATCH_LIMIT = 2000
 # Wait this long after the last key before searching: typing a word costs one search, not one per letter.
 DEBOUNCE_S = 0.25
 MATCH_STYLE = "bold $background on $warning"
+# How long a shown step's widgets may take to mount before painting stops looking for more.
+PAINT_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,8 @@ def snippet_content(hit: Hit) -> Content:
 
 
 def where_content(hit: Hit) -> Content:
-    step = f"step {hit.step}" if hit.step else "task"
-    tool = f" · {one_line(hit.tool, 32)}" if hit.tool else ""
-    return Content.styled(f"{step} · {hit.label}{tool}", "dim")
+    parts = ([f"step {hit.step}"] if hit.step else []) + [hit.label] + ([one_line(hit.tool, 32)] if hit.tool else [])
+    return Content.styled(" · ".join(parts), "dim")
 
 
 def result_prompt(run: RunHits, more: bool) -> Content:
@@ -107,10 +108,10 @@ def paint(content: Content, query: Query | None) -> Content:
 
 class SearchDone(Message):
     def __init__(self, generation: int, query: Query, runs: tuple[RunHits, ...], hits: int, more: bool,
-                 note: str | None, elapsed: float) -> None:
+                 note: str | None) -> None:
         super().__init__()
         self.generation, self.query, self.runs, self.hits = generation, query, runs, hits
-        self.more, self.note, self.elapsed = more, note, elapsed
+        self.more, self.note = more, note
 
 
 class SearchFailed(Message):
@@ -149,7 +150,6 @@ def _search_worker_body(screen: Screen, generation: int, text: str, *, run_id: s
     """Parse, search, post the answer (on a worker thread: no widget is touched here)."""
     store = screen.app.store
     worker = get_current_worker()
-    started = time.monotonic()
     try:
         query = parse(text, prefix_last=True)
         check_searchable(query)
@@ -160,7 +160,7 @@ def _search_worker_body(screen: Screen, generation: int, text: str, *, run_id: s
             return
         if run_id is None:
             screen.post_message(SearchDone(generation, query, group_by_run(hits), len(hits), result.more,
-                                           result.note, time.monotonic() - started))
+                                           result.note))
         else:
             screen.post_message(MatchesFound(generation, query, hits, result.more))
     except QueryError as exc:
@@ -228,8 +228,7 @@ class SearchScreen(Screen):
         self._show(message.runs, message.query, more=message.more)
         runs = len(message.runs)
         hits = f"{message.hits:,}{'+' if message.more else ''} hit{'s' if message.hits != 1 else ''}"
-        line = (f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first · {message.elapsed * 1000:,.0f} ms"
-                if message.hits else "No matches.")
+        line = f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first" if message.hits else "No matches."
         if message.more:
             line += f" · showing the newest {HIT_LIMIT:,} hits: narrow the query to see older ones"
         if message.note:
@@ -442,13 +441,15 @@ class SearchableTranscript(TranscriptScreen):
         if isinstance(task.content, Content):
             task.update(paint(task.content, self.search_query))
 
-    def _paint_detail(self, painting: int, tries: int = 20) -> None:
+    def _paint_detail(self, painting: int, deadline: float | None = None) -> None:
         """Highlight the matches in every text of the step on show, unfold a payload that holds one, and
         scroll to the text that holds the most of the query.
 
         The step's widgets compose their own parts as they mount, after the
-        step was shown: this looks again after each refresh until all are in.
+        step was shown: this looks again every few milliseconds until all are
+        in (for a few seconds at most: a busy machine mounts slowly).
         """
+        deadline = time.monotonic() + PAINT_WAIT_S if deadline is None else deadline
         if painting != self._painting or self.search_query is None or not self.search_query.positive:
             return  # a newer step is on show, or nothing to paint
         try:
@@ -472,8 +473,8 @@ class SearchableTranscript(TranscriptScreen):
             for ancestor in static.ancestors:
                 if isinstance(ancestor, Collapsible):
                     ancestor.collapsed = False
-        if tries and not all(widget.is_mounted for widget in detail.walk_children()):
-            self.call_after_refresh(self._paint_detail, painting, tries - 1)
+        if not all(widget.is_mounted for widget in detail.walk_children()) and time.monotonic() < deadline:
+            self.set_timer(0.02, lambda: self._paint_detail(painting, deadline))
         elif self._scroll_to is not None:
             # After the next refresh has laid out the payloads just unfolded.
             self.call_after_refresh(self.call_after_refresh, self._scroll_to_best, painting)
