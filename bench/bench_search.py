@@ -1,4 +1,4 @@
-"""9. Search: query time against a LIKE scan of the same rows, and what the index costs per step.
+"""12. Search: query time against a LIKE scan of the same rows, and what the index costs per step.
 
 - **Queries**: 100,000 runs x 10 steps (1,000,000 steps) of generated agent
   work with a varied vocabulary (40,000 made-up words drawn Zipf-like, so a
@@ -250,11 +250,51 @@ def query_rows(store, label: str, rounds: int) -> list[Row]:
         ratio = median(ours_t) / median(scan_t)
         target = name.startswith("two words")
         met = (ratio <= 0.05 and median(ours_t) < 0.1) if target else None
-        rows.append(Row(f"9 search {label}", f"{name}: `{text}`, 50 newest hits, median",
+        rows.append(Row(f"12 search {label}", f"{name}: `{text}`, 50 newest hits, median",
                         ms(median(ours_t)), f"LIKE scan {ms(median(scan_t))}", ratio,
                         "<= 0.05x and < 100 ms" if target else "", met,
                         f"{note}; {found['ours']} hits (scan: {found['scan']} rows)"))
     return rows
+
+
+def trigram_rows(store, label: str, rounds: int) -> list[Row]:
+    """pg_trgm, the alternative for PostgreSQL: a GIN trigram index over the step rows' text, answering
+    ``ILIKE '%word%'`` (substrings, the way grep matches), measured on the same rows."""
+    db = store.db
+    try:
+        db.execute_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    except Exception as exc:  # not installed, or not allowed here
+        db.rollback()
+        return [Row(f"12 search {label}", f"pg_trgm alternative: skipped ({str(exc).splitlines()[0]})", "")]
+    text = "(assistant || ' ' || coalesce(tool_results, ''))"
+    started = time.perf_counter()
+    db.execute_sql("SET maintenance_work_mem = '256MB'")
+    db.execute_sql(f"CREATE INDEX bench_steps_trgm ON steps USING gin ({text} gin_trgm_ops)")
+    built_s = time.perf_counter() - started
+    index_bytes = db.execute_sql("SELECT pg_relation_size('bench_steps_trgm')").fetchone()[0]
+    steps_bytes = db.execute_sql("SELECT pg_total_relation_size('steps') - pg_relation_size('bench_steps_trgm')"
+                                 ).fetchone()[0]
+    ours_bytes = db.execute_sql("SELECT pg_total_relation_size('search_docs')").fetchone()[0]
+    count = db.execute_sql("SELECT count(*) FROM steps").fetchone()[0]
+    words = vocabulary()
+    name, query_text, needles, _note = queries(words)[0]
+    from dayflow_tui.search.query import parse
+
+    query = parse(query_text)
+    like = (f"SELECT run_id, n FROM steps WHERE {' AND '.join([f'{text} ILIKE %s'] * len(needles))} "
+            "ORDER BY created_at DESC LIMIT 50")
+    ours_t, trgm_t = interleaved(lambda: store.search(query, limit=50),
+                                 lambda: db.execute_sql(like, [f"%{n}%" for n in needles]).fetchall(),
+                                 rounds=rounds, warmup=1)
+    db.execute_sql("DROP INDEX bench_steps_trgm")
+    return [
+        Row(f"12 search {label}", f"pg_trgm GIN index over the steps' text: {name} `{query_text}`, median",
+            ms(median(trgm_t)), f"ours (tsvector) {ms(median(ours_t))}", median(trgm_t) / median(ours_t), "", None,
+            "ILIKE both words through the trigram index, newest first, 50 rows"),
+        Row(f"12 search {label}", "pg_trgm index bytes per step, vs our index (tsvector rows + GIN)",
+            f"{size(index_bytes / count)}/step", f"ours {size(ours_bytes / count)}/step", index_bytes / ours_bytes,
+            "", None, f"the steps themselves {size(steps_bytes / count)}/step; trigram index built in {built_s:.0f} s"),
+    ]
 
 
 # -- what the index costs ---------------------------------------------------------------------------
@@ -298,10 +338,10 @@ def commit_cost(url_with: str, url_without: str, label: str, rounds: int) -> lis
     ratio = median(with_t) / median(without_t)
     bytes_ratio = sizes["with"] / sizes["without"]
     return [
-        Row(f"9 search {label}", "step commit with the index (append_step + set_tool_results), median",
+        Row(f"12 search {label}", "step commit with the index (append_step + set_tool_results), median",
             ms(median(with_t)), f"without the index {ms(median(without_t))}", ratio, "<= 1.15x", ratio <= 1.15,
             f"{(median(with_t) - median(without_t)) * 1e6:+.0f} us per step; {rounds} steps each, alternating"),
-        Row(f"9 search {label}", f"database bytes per step after {counters['with']:,} steps committed one by one",
+        Row(f"12 search {label}", f"database bytes per step after {counters['with']:,} steps committed one by one",
             f"{size(sizes['with'])}/step", f"without the index {size(sizes['without'])}/step", bytes_ratio,
             "<= 1.5x", bytes_ratio <= 1.5, "a tiny database: fixed costs (pages, the sample tasks) weigh more"),
     ]
@@ -332,9 +372,12 @@ def _big(label: str, target: str, existed: bool, runs: int, rounds: int, say) ->
             built = build(store, runs, say)
         say(f"{label}: queries")
         rows = query_rows(store, label, rounds)
+        if store.is_postgres:
+            say(f"{label}: the pg_trgm alternative")
+            rows += trigram_rows(store, label, rounds)
         if built:
             ratio = built["after"] / built["before"]
-            rows.append(Row(f"9 search {label}", f"database bytes per step, {built['steps']:,} steps, index "
+            rows.append(Row(f"12 search {label}", f"database bytes per step, {built['steps']:,} steps, index "
                             "built by the migration", f"{size(built['after'] / built['steps'])}/step",
                             f"without the index {size(built['before'] / built['steps'])}/step", ratio, "<= 1.5x",
                             ratio <= 1.5, f"index built in {built['index_s']:.0f} s "
@@ -344,7 +387,7 @@ def _big(label: str, target: str, existed: bool, runs: int, rounds: int, say) ->
         store.close()
 
 
-def run(quick: bool = False) -> list[Row]:
+def run(quick: bool = False, backends: tuple[str, ...] = ("sqlite", "postgres")) -> list[Row]:
     from bench.bench_postgres import pg_schema
 
     def say(text: str) -> None:
@@ -354,14 +397,17 @@ def run(quick: bool = False) -> list[Row]:
     rounds = 3 if quick else 7
     keep = os.environ.get("DAYFLOW_BENCH_SEARCH_KEEP")
     rows: list[Row] = []
-    with _sqlite_target(keep, f"search-{runs}.db") as (path, existed):
-        rows += _big("SQLite", path, existed, runs, rounds, say)
-    with workdir("search-commit") as tmp:
-        rows += commit_cost(str(tmp / "with.db"), str(tmp / "without.db"), "SQLite", 150 if quick else 500)
+    if "sqlite" in backends:
+        with _sqlite_target(keep, f"search-{runs}.db") as (path, existed):
+            rows += _big("SQLite", path, existed, runs, rounds, say)
+        with workdir("search-commit") as tmp:
+            rows += commit_cost(str(tmp / "with.db"), str(tmp / "without.db"), "SQLite", 150 if quick else 500)
+    if "postgres" not in backends:
+        return rows
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return rows + [Row("9 search PostgreSQL", "skipped: psycopg is not installed", "")]
+        return rows + [Row("12 search PostgreSQL", "skipped: psycopg is not installed", "")]
     try:
         with pg_schema() as url:
             rows += _big("PostgreSQL", url, False, runs, rounds, say)
@@ -370,7 +416,7 @@ def run(quick: bool = False) -> list[Row]:
     except Exception as exc:  # no server: the SQLite half still stands
         if "connect" not in str(exc).lower():
             raise
-        rows.append(Row("9 search PostgreSQL", f"skipped: {str(exc).splitlines()[0]}", ""))
+        rows.append(Row("12 search PostgreSQL", f"skipped: {str(exc).splitlines()[0]}", ""))
     return rows
 
 
@@ -380,18 +426,7 @@ if __name__ == "__main__":
     from bench.run_all import table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20,000 runs and fewer rounds (a smoke run)")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), help="only this backend")
     args = parser.parse_args()
-    if args.sqlite_only:
-        def say(text: str) -> None:
-            print(text, file=sys.stderr, flush=True)
-        keep = os.environ.get("DAYFLOW_BENCH_SEARCH_KEEP")
-        runs = 20_000 if args.quick else RUNS
-        with _sqlite_target(keep, f"search-{runs}.db") as (path, existed):
-            found = _big("SQLite", path, existed, runs, 3 if args.quick else 7, say)
-        with workdir("search-commit") as tmp:
-            found += commit_cost(str(tmp / "with.db"), str(tmp / "without.db"), "SQLite", 150 if args.quick else 500)
-    else:
-        found = run(quick=args.quick)
-    print(table(found))
+    print(table(run(quick=args.quick, backends=(args.backend,) if args.backend else ("sqlite", "postgres"))))

@@ -36,6 +36,7 @@ ITEMS = {
     "9": ("bench.bench_bytes", "bytes per step"),
     "10": ("bench.bench_step", "full step"),
     "11": ("bench.bench_chaos", "calls per step under chaos"),
+    "12": ("bench.bench_search", "search"),
 }
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 
@@ -13,7 +12,7 @@ import pytest
 from dayflow_tui.store import open_store
 from dayflow_tui.tui import demo_data
 
-from .conftest import dayflow_cmd, pg_schema
+from .conftest import dayflow_cmd, pg_schema, run_on_a_terminal
 
 RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 LINE = re.compile(r"^(?P<run>\S+)  (?P<step>step \d+|-)\s*  (?P<where>task|text|tool call|tool result|tool error|"
@@ -150,20 +149,8 @@ def test_hostile_text_is_shown_literally_in_lines_json_and_on_a_terminal(searcha
     assert json.loads(as_json.stdout)[0]["snippet"].count("\x1b") >= 1  # the data, exactly, once decoded
 
     # On a terminal: the match is styled by Dayflow; what came from the data stays escaped.
-    leader, follower = pty.openpty()
-    shown = subprocess.run(dayflow_cmd("search", "bold", "--db", str(searchable)), stdout=follower,
-                           stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"}, timeout=60)
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
+    shown, out = run_on_a_terminal(dayflow_cmd("search", "bold", "--db", str(searchable)), stream="stdout",
+                                   env={**os.environ, "COLUMNS": "200"})
     assert shown.returncode == 0
     text = out.decode()
     assert "\x1b[" in text  # Dayflow's own styling

@@ -206,3 +206,19 @@ def test_snapshot_search_results(snap_compare, snap_store):
 def test_snapshot_transcript_at_a_match(snap_compare, snap_store):
     assert snap_compare(DayflowApp(snap_store), terminal_size=SIZE,
                         run_before=_search_for("idempotency", open_first=True))
+
+
+async def test_the_beginning_of_a_run_id_finds_that_run_first(store):
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    demo_data.failed_run(store, "run-failed-01", demo_data.BASE_TIME + demo_data.timedelta(minutes=5))
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("slash")
+        await type_text(pilot, "run-fai")
+        await wait_for(pilot, lambda: "by id" in str(app.screen.query_one("#search-status").content))
+        results = app.screen.query_one("#search-results", OptionList)
+        assert [p.split()[0] for p in options_text(results)] == ["run-failed-01"]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchableTranscript) and app.screen.run)
+        assert app.screen.run_id == "run-failed-01"

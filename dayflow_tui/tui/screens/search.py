@@ -15,6 +15,7 @@ Snippets and highlights are built from plain strings through
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from ...store.search import Hit
 from .. import bindings, formatting
 from .transcript import BRIEF, TranscriptScreen
 
+# What the beginning of a run id looks like (ids are 12 hex digits; tests and imports use words and dashes).
+RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]{3,31}$")
 # How many hits one search reads (grouped by run on screen); the status line says when there are more.
 HIT_LIMIT = 500
 # Matches of one run a transcript can step through.
@@ -108,10 +111,10 @@ def paint(content: Content, query: Query | None) -> Content:
 
 class SearchDone(Message):
     def __init__(self, generation: int, query: Query, runs: tuple[RunHits, ...], hits: int, more: bool,
-                 note: str | None) -> None:
+                 note: str | None, by_id: int = 0) -> None:
         super().__init__()
         self.generation, self.query, self.runs, self.hits = generation, query, runs, hits
-        self.more, self.note = more, note
+        self.more, self.note, self.by_id = more, note, by_id
 
 
 class SearchFailed(Message):
@@ -159,8 +162,14 @@ def _search_worker_body(screen: Screen, generation: int, text: str, *, run_id: s
         if worker.is_cancelled:
             return
         if run_id is None:
-            screen.post_message(SearchDone(generation, query, group_by_run(hits), len(hits), result.more,
-                                           result.note))
+            runs = group_by_run(hits)
+            by_id: tuple[RunHits, ...] = ()
+            if RUN_ID.match(text.strip()):  # the beginning of a run id finds that run too, first
+                known = {run.run_id for run in runs}
+                by_id = group_by_run(tuple(hit for hit in store.search(parse(f"run:{text.strip()} in:task"),
+                                                                       limit=20).hits if hit.run_id not in known))
+            screen.post_message(SearchDone(generation, query, by_id + runs, len(hits), result.more, result.note,
+                                           len(by_id)))
         else:
             screen.post_message(MatchesFound(generation, query, hits, result.more))
     except QueryError as exc:
@@ -226,9 +235,13 @@ class SearchScreen(Screen):
             return
         self.search_query = message.query
         self._show(message.runs, message.query, more=message.more)
-        runs = len(message.runs)
+        runs = len(message.runs) - message.by_id
         hits = f"{message.hits:,}{'+' if message.more else ''} hit{'s' if message.hits != 1 else ''}"
-        line = f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first" if message.hits else "No matches."
+        line = f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first" if message.hits else "No matches"
+        if message.by_id:
+            line += f" · {message.by_id} run{'s' if message.by_id != 1 else ''} by id, listed first"
+        elif not message.hits:
+            line += "."
         if message.more:
             line += f" · showing the newest {HIT_LIMIT:,} hits: narrow the query to see older ones"
         if message.note:
