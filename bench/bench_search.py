@@ -212,7 +212,7 @@ def queries(words: list[str]) -> list[tuple[str, str, list[str], str]]:
     """(name, our query, words the LIKE scan must all find, note): from common to rare."""
     w = words
     return [
-        ("two words (the target)", f"{w[300]} {w[1500]}", [w[300], w[1500]], f"ranks 300 and 1,500 of 40,000"),
+        ("two words (the target)", f"{w[300]} {w[1500]}", [w[300], w[1500]], "ranks 300 and 1,500 of 40,000"),
         ("one common word", w[5], [w[5]], "rank 5: in most steps"),
         ("one rare word", w[25_000], [w[25_000]], "rank 25,000"),
         ("a phrase", f'"{w[40]} {w[41]}"', [f"{w[40]} {w[41]}"], "ranks 40, 41 next to each other"),

@@ -291,8 +291,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"search index rebuilt: {written:,} places indexed in {store.label}", file=sys.stderr)
         return 0
     # Everything the user typed is checked before the database is opened.
-    query = parse(" ".join(word.removeprefix(_QUERY_WORD) for word in args.query)).with_filters(statuses=parse_statuses(args.status or ""),
-                                                     tools=tuple(args.tool))
+    words = " ".join(word.removeprefix(_QUERY_WORD) for word in args.query)
+    query = parse(words).with_filters(statuses=parse_statuses(args.status or ""), tools=tuple(args.tool))
     check_searchable(query)
     since = parse_since(args.since) if args.since else None
     store = _open(args, create=False, upgrade=False)

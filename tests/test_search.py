@@ -347,7 +347,8 @@ def test_a_hostile_query_is_only_words(store):
     for text in ["'aardvark'", "(aardvark)", "{aardvark}", "aardvark:*", "^aardvark$", "aardvark\\",
                  "!aardvark", '"aardvark"']:
         assert where(find(store, text)) == [("run-places-01", 0, "task", None)], text
-    for text in ["NEAR(aardvark)", 'aardvark" OR "x', "aardvark' | 'x", "aardvark) NOT (x", "aardvark & !x", "{task}: aardvark", "aardvark:A"]:
+    for text in ["NEAR(aardvark)", 'aardvark" OR "x', "aardvark' | 'x", "aardvark) NOT (x", "aardvark & !x",
+                 "{task}: aardvark", "aardvark:A"]:
         assert find(store, text) == [], text  # their other words are not in the run
 
 

@@ -189,6 +189,8 @@ def is_final_turn(assistant: list, final_text: str | None) -> bool:
 
 # -- matching -----------------------------------------------------------------
 
+Spans = list[tuple[int, int]]  # (start, end) character offsets in a place's text
+
 
 @dataclass(frozen=True)
 class Term:
@@ -250,7 +252,7 @@ def place_matches(places: list[PlaceWords], terms: Iterable[Term]) -> bool:
     return True
 
 
-def best_place(places: list[PlaceWords], terms: Iterable[Term]) -> tuple[PlaceWords, list[list[tuple[int, int]]]] | None:
+def best_place(places: list[PlaceWords], terms: Iterable[Term]) -> tuple[PlaceWords, list[Spans]] | None:
     """The place holding the most positive terms (the first on a tie), with each term's spans in it."""
     positive = [t for t in terms if not t.negated]
     best: tuple[int, PlaceWords, list[list[tuple[int, int]]]] | None = None
@@ -283,7 +285,7 @@ def _one_line(text: str) -> str:
     return _SPACE.sub(" ", text)
 
 
-def _anchor(groups: list[list[tuple[int, int]]], reach: int) -> tuple[int, int]:
+def _anchor(groups: list[Spans], reach: int) -> tuple[int, int]:
     """The span to centre a snippet on: the one with the most other terms within ``reach`` after it."""
     best: tuple[int, tuple[int, int]] | None = None
     for span in sorted(span for group in groups for span in group[:50]):
@@ -295,7 +297,7 @@ def _anchor(groups: list[list[tuple[int, int]]], reach: int) -> tuple[int, int]:
     return best[1]
 
 
-def snippet(text: str, groups: list[list[tuple[int, int]]], width: int = 100) -> Snippet:
+def snippet(text: str, groups: list[Spans], width: int = 100) -> Snippet:
     """About ``width`` characters of ``text`` around its matches, every match in the window marked.
 
     ``groups`` holds each term's spans; the window goes where most terms are
