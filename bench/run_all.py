@@ -37,6 +37,7 @@ ITEMS = {
     "10": ("bench.bench_step", "full step"),
     "11": ("bench.bench_chaos", "calls per step under chaos"),
     "12": ("bench.bench_travel", "export, import, vacuum"),
+    "13": ("bench.bench_search", "search"),
 }
 
 

@@ -108,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
     tasks.add_argument("--json", action="store_true")
 
+    search = sub.add_parser("search", parents=[common], help="find text in every run, newest first",
+                            description="Search every run's task, model text, tool calls, tool results, final "
+                            'text and errors. QUERY: words (all must match), "exact phrase", -word, prefix*, '
+                            "and status:S tool:NAME run:ID in:text|args|result|error|final|task.")
+    search.add_argument("query", nargs="*", metavar="QUERY", help="what to look for (quote phrases for the shell)")
+    search.add_argument("--json", action="store_true", help="machine-readable output")
+    search.add_argument("--status", metavar="S[,S]", help="only runs with these statuses (interrupted included)")
+    search.add_argument("--agent", metavar="NAME", help="only runs of this agent")
+    search.add_argument("--tool", metavar="NAME", action="append", default=[],
+                        help="only calls to this tool and their results (repeatable)")
+    search.add_argument("--since", metavar="WHEN", help="only hits newer than this: 30m, 12h, 7d, 2w or a date")
+    search.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N hits (default 50)")
+    search.add_argument("--reindex", action="store_true",
+                        help="rebuild the search index from every stored run, then exit")
+
     show = sub.add_parser("show", parents=[common], help="print a run's transcript")
     show.add_argument("run_id", metavar="RUN_ID")
     show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
@@ -268,6 +283,45 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search.lines import hit_json, hit_plain, hit_text
+    from .search.query import check_searchable, parse, parse_since, parse_statuses
+
+    if args.reindex:
+        if args.query:
+            raise UsageError("--reindex takes no query: dayflow search --reindex [--db PATH|URL]")
+        store = _open(args, create=False)
+        written = store.rebuild_search_index()
+        print(f"search index rebuilt: {written:,} places indexed in {store.label}", file=sys.stderr)
+        return 0
+    # Everything the user typed is checked before the database is opened.
+    words = " ".join(word.removeprefix(_QUERY_WORD) for word in args.query)
+    query = parse(words).with_filters(statuses=parse_statuses(args.status or ""), tools=tuple(args.tool))
+    check_searchable(query)
+    since = parse_since(args.since) if args.since else None
+    store = _open(args, create=False, upgrade=False)
+    result = store.search(query, limit=args.limit, since=since, agent=args.agent)
+    if result.note:
+        print(f"dayflow: note: {printable(result.note)}", file=sys.stderr)
+    if args.json:
+        print(printable_json([hit_json(hit) for hit in result.hits]))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console(highlight=False, markup=False, emoji=False, soft_wrap=False)
+        for hit in result.hits:
+            console.print(hit_text(hit))
+    else:
+        for hit in result.hits:
+            print(hit_plain(hit))
+    if not result.hits:
+        print(f"no matches for {printable(query.source.strip() or 'the filters given')}", file=sys.stderr)
+    elif result.more:
+        print(f"showing the newest {len(result.hits)}; there are more (raise --limit or narrow the query)",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -327,7 +381,27 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume, "tasks": cmd_tasks, "show": cmd_show}
+COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume,
+            "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search}
+
+
+# ``dayflow search budget -draft``: a query word can start with "-". Before argparse sees it, such a word
+# gets this mark in front (so it is not taken for an option); cmd_search takes the mark off.
+_QUERY_WORD = "\ue000"
+
+
+def _mark_query_words(argv: list[str]) -> list[str]:
+    if not argv or argv[0] != "search":
+        return argv
+    marked = [argv[0]]
+    words_only = False
+    for token in argv[1:]:
+        if words_only or (token.startswith("-") and not token.startswith("--") and token not in ("-", "-h")):
+            marked.append(_QUERY_WORD + token)
+        else:
+            words_only = token == "--"
+            marked.append(token)
+    return marked
 
 
 # -- runs that travel: export, import, prune, vacuum --------------------------------------------------
@@ -563,7 +637,7 @@ def _exit_quickly() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_mark_query_words(list(sys.argv[1:] if argv is None else argv)))
     try:
         from .settings import current
 

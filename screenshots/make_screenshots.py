@@ -4,7 +4,7 @@
 
 Builds a demo database with the real loop on the offline model (one run per
 status, a run with hostile content), then saves SVGs of the run list, a
-transcript and a resume in progress into this folder.
+transcript, a search and a resume in progress into this folder.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause(0.5)
             save(app, "run-list.svg")
+
+            await pilot.press("slash", *"priya")
+            await until(pilot, lambda: "hits in" in str(app.screen.query_one("#search-status").content))
+            await pilot.pause(0.3)
+            save(app, "search.svg")
+            await pilot.press("escape")
+            await pilot.pause(0.2)
 
             await open_run(pilot, "3bd67bee3b7f")
             await pilot.press("j")

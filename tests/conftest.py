@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -176,3 +177,28 @@ def counting_client():
 def dayflow_cmd(*args: str) -> list[str]:
     """The real console script installed beside this interpreter."""
     return [str(BIN / "dayflow"), *args]
+
+
+def run_on_a_terminal(argv: list[str], *, stream: str, env: dict, timeout: float = 60):
+    """Run ``argv`` with its ``stream`` ("stdout" or "stderr") on a pseudo-terminal; the other is piped.
+
+    Returns the finished process and every byte written to the terminal.
+    """
+    import pty
+
+    leader, follower = pty.openpty()
+    other = "stderr" if stream == "stdout" else "stdout"
+    done = subprocess.run(argv, env=env, timeout=timeout, stdin=subprocess.DEVNULL,
+                          **{stream: follower, other: subprocess.PIPE})
+    os.close(follower)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal is closed once everything written was read
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(leader)
+    return done, written

@@ -24,11 +24,12 @@ from .models import bound_to
 from .retry import describe, is_driver_error, store_call
 from .runs import RunQueries
 from .schema import migrate
+from .search import SearchQueries
 from .steps import StepQueries
 from .tasks import TaskQueries
 
 
-class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries):
+class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries):
     """One open Dayflow database. Each store owns its database handle; two in one process stay apart."""
 
     def __init__(self, backend: Backend):

@@ -11,6 +11,7 @@ from ..errors import RunBusy, RunNotFound
 from .leases import Lease, forget_token, new_token, owner_alive
 from .models import Run
 from .retry import store_call
+from .search import index_run_text
 from .status import RESUMABLE, RunStatus
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class RunQueries:
             Run.insert(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
                        budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                        created_at=now, updated_at=now).execute()
+            index_run_text(self, run_id, task=user_msg)
         return self.get_run(run_id)
 
     @store_call
@@ -51,6 +53,7 @@ class RunQueries:
                 Run.insert(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                            budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                            created_at=values["updated_at"], attempts=1, **values).execute()
+                index_run_text(self, run_id, task=user_msg)
         except BaseException:
             forget_token(token)
             raise
@@ -165,6 +168,8 @@ class RunQueries:
             query = query.where(Run.lease_token == lease.token)
         if query.execute() != 1:
             raise RunBusy(f"run {run_id} was taken over by another process")
+        # A final text or an error a run is given is searchable from this commit on (search.py).
+        index_run_text(self, run_id, final_text=values.get("final_text"), error=values.get("error"))
 
     @store_call
     def update_limits(self: "Store", run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,

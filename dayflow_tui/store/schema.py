@@ -20,6 +20,7 @@ from ..errors import StoreError
 from .models import MODELS, POSTGRES_MODELS, Run, Step, Task
 from .resumes import add_resumes_table
 from .sample_tasks import SEED_TASKS
+from .search import add_search_index
 
 if TYPE_CHECKING:
     from .core import Store
@@ -77,7 +78,7 @@ def _replies_as_sent(store: "Store") -> None:
 
 
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
-                                                    add_resumes_table)
+                                                    add_resumes_table, add_search_index)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

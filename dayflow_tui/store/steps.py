@@ -22,6 +22,7 @@ from ..testhook import pause_point
 from .leases import Lease
 from .models import Run, Step
 from .retry import attempt_number, store_call
+from .search import index_step_text
 
 if TYPE_CHECKING:
     from .core import Store
@@ -110,6 +111,8 @@ class StepQueries:
             if self.db.execute_sql(update_sql, update_params).rowcount != 1:
                 raise RunBusy(f"run {run_id} was taken over by another process")
             self.db.execute_sql(insert_sql, insert_params)
+            index_step_text(self, run_id, step.n, assistant=step.assistant,
+                            final_text=final_text if final_status else None, error=final_error)
             pause_point("commit")
         pause_point("committed")
 
@@ -135,6 +138,7 @@ class StepQueries:
                 if attempt_number() and stored is not None and stored.tool_results == encoded:
                     return  # our earlier try committed before the connection went
                 raise StoreError(f"run {run_id} step {n}: tool results already recorded")
+            index_step_text(self, run_id, n, results=results)
             pause_point("commit")
         pause_point("committed")
 

@@ -28,10 +28,10 @@ from .commands import DayflowCommands
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
 from .screens.help import HelpScreen
 from .screens.run_list import RunListScreen
-from .screens.transcript import TranscriptScreen
+from .screens.search import SearchableTranscript
 from .step_buffer import StepBuffer
 
-STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss")
+STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "search.tcss")
 # The offline model's pace in the dashboard when DAYFLOW_OFFLINE_DELAY is unset: slow enough to watch.
 WATCHABLE_DELAY_S = "0.7"
 
@@ -87,7 +87,7 @@ class DayflowApp(App):
     # -- navigation --------------------------------------------------------
 
     def open_transcript(self, run_id: str) -> None:
-        self.push_screen(TranscriptScreen(run_id))
+        self.push_screen(SearchableTranscript(run_id))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -13,7 +13,8 @@ APP = [
 RUN_LIST = [
     Binding("r", "resume", "Resume", id="resume", tooltip="Resume an interrupted, failed or budget-stopped run"),
     Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
-    Binding("slash", "search", "Search", key_display="/", id="search", tooltip="Search by run id or text"),
+    Binding("slash", "search", "Search", key_display="/", id="search",
+            tooltip="Search every run's text, tool calls and results as you type"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
 ]
 
@@ -30,6 +31,22 @@ TRANSCRIPT = [
     Binding("r", "resume", "Resume", id="resume", tooltip="Resume this run where it stopped (also the button)"),
 ]
 
+# The search screen (``/`` on the run list) and the keys a transcript gains for searching.
+SEARCH = [
+    Binding("escape", "close", "Back", id="close-search", tooltip="Back to the run list, where it was"),
+    Binding("down", "move(1)", "Next result", show=False, id="search-next"),
+    Binding("up", "move(-1)", "Previous result", show=False, id="search-prev"),
+    Binding("pagedown", "move(10)", "Page down", show=False, id="search-page-down"),
+    Binding("pageup", "move(-10)", "Page up", show=False, id="search-page-up"),
+]
+
+TRANSCRIPT_SEARCH = [
+    Binding("n", "next_match", "Next match", id="next-match", tooltip="Jump to the next match of the search"),
+    Binding("N", "prev_match", "Prev match", key_display="N", show=False, id="prev-match",
+            tooltip="Jump to the previous match of the search"),
+    Binding("slash", "find", "Find", key_display="/", id="find-in-run", tooltip="Search this run"),
+]
+
 HELP = [
     Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc", id="close-help"),
 ]
@@ -40,7 +57,10 @@ SECTIONS = (
     ("Run list", [Binding("enter", "", "Open the highlighted run's transcript (or double-click)")] + RUN_LIST
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
-    ("Transcript", TRANSCRIPT),
+    ("Transcript", TRANSCRIPT + TRANSCRIPT_SEARCH),
+    ("Search", [Binding("", "", "Type to search every run: words, \"a phrase\", -word, prefix*, "
+                        "status:S tool:NAME run:ID in:text|args|result|error|final|task"),
+                Binding("enter", "", "Open the run at its best match")] + SEARCH),
 )
 
 

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Static
 
 from ...safe_text import printable
 from .. import bindings, formatting
@@ -34,7 +34,6 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         yield Header()
         with Horizontal(id="filter-bar"):
             yield Static(id="filter-status")
-            yield Input(placeholder="search by run id or text, Enter to apply", id="search")
         yield Static(id="table-header")
         yield RunTable(self.store, id="runs")
         yield Static(id="empty")
@@ -42,7 +41,6 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def on_mount(self) -> None:
         self.table.reload(self.run_filter)
-        self.query_one("#search", Input).display = False
         self._show_state()
         self.table.focus()
         self.set_interval(POLL_EVERY_S, self.poll)
@@ -137,20 +135,10 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self._show_state()
 
     def action_search(self) -> None:
-        search = self.query_one("#search", Input)
-        search.display = True
-        search.value = self.run_filter.search or ""
-        search.focus()
+        from .search import SearchScreen  # every run, as you type; Escape comes back to this list as it was
 
-    @on(Input.Submitted, "#search")
-    def _search(self, event: Input.Submitted) -> None:
-        self.apply_filter(search=event.value.strip())
-        event.input.display = bool(self.run_filter.search)
-        self.table.focus()
+        self.app.push_screen(SearchScreen())
 
     def action_clear_filters(self) -> None:
-        search = self.query_one("#search", Input)
-        search.value = ""
-        search.display = False
         self.apply_filter(status=None, search=None)
         self.table.focus()
