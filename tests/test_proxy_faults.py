@@ -110,10 +110,6 @@ def test_every_commit_of_a_run_cut_costs_nothing(pg_schema_ready, pg_proxy, tmp_
     """Every other COMMIT of one kind of write is cut (so each retry gets through): before it reaches the
     server (rolled back there), or after the server committed it and before the client hears so (the
     retry must find it landed)."""
-    if write == "create the run" and deliver:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "create_claimed_run retried after its COMMIT landed inserts a second run (a new id per try); the "
-            "first is left 'running' under a lease nobody drives, for a worker to pay for all over again")))
     pg_url = pg_schema_ready
     log = tmp_path / "calls.log"
     trigger = pg_proxy.arm(SQL[write], "COMMIT", deliver=deliver, times=100, every=2)
@@ -143,8 +139,6 @@ def test_connections_cut_while_paused_inside_every_other_commit(pg_url, pg_proxy
     assert call_count(log) == OFFLINE_STEPS
 
 
-@pytest.mark.xfail(strict=True, reason="open_store (schema check, first migration) is outside the reconnect "
-                   "policy: a blip while a command opens the database exits 2")
 @pytest.mark.parametrize("statement", ["schema check", "first migration"])
 def test_a_cut_while_a_command_opens_the_database_is_retried(pg_url, pg_proxy, tmp_path, statement):
     if statement == "schema check":
@@ -184,16 +178,9 @@ STORE_CALLS = {
     "next_retry_at": lambda store, run, held, lease: store.next_retry_at(),
     "release": lambda store, run, held, lease: store.release(lease),
 }
-# Calls that make a nested store call (``claim`` -> ``get_run``; the others -> ``db_now``): the inner call
-# turns the dead connection's error into a StoreError, which the outer call does not take for a transient one.
-NESTED = {"claim", "claim_next", "record_failed_attempt", "next_retry_at"}
 
 
-@pytest.mark.parametrize("call", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=(
-        "a nested store_call (get_run, db_now) maps the dead connection's error to StoreError, so the outer "
-        "call does not retry: the first call after a cut fails (a worker logs an error at each poll after a cut)")))
-    if name in NESTED else name for name in STORE_CALLS])
+@pytest.mark.parametrize("call", sorted(STORE_CALLS))
 def test_the_first_store_call_after_every_connection_was_cut_reconnects(pg_schema_ready, pg_proxy, call):
     from dayflow_tui.store import open_store
 
@@ -214,10 +201,6 @@ def test_the_first_store_call_after_every_connection_was_cut_reconnects(pg_schem
 @pytest.mark.parametrize("deliver", [False, True], ids=["commit-never-arrives", "committed-but-answer-lost"])
 @pytest.mark.parametrize("command", ["resume", "worker"])
 def test_a_claim_cut_at_its_commit_still_drives_the_run(pg_url, pg_proxy, tmp_path, command, deliver, request):
-    if deliver:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "a claim retried after its COMMIT landed finds its own lease and treats it as a live owner's: "
-            "resume exits 4, a worker skips the run until the lease goes stale")))
     queued = dayflow("brief", "--queue", db=pg_url)
     assert_ok(queued)
     log = tmp_path / "calls.log"
@@ -352,10 +335,7 @@ def test_a_reply_that_cannot_be_committed_in_the_window_is_spooled_and_resumed_w
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", [
-    pytest.param("outage", marks=pytest.mark.xfail(strict=True, reason=(
-        "after spooling, _drive_leased's `finally: store.release(lease)` retries for 15 s against the "
-        "dead server and its StoreError replaces ReplySpooled: exit 2 with 'connection refused' ~17 s "
-        "after the window, the spool file never named"))),
+    "outage",
     pytest.param("stall", marks=pytest.mark.xfail(strict=True, reason=(
         "a stalled connection (a frozen server) has no deadline: the commit blocks in recv for the whole "
         "stall, the retry window never starts, the process neither spools nor exits"))),

@@ -23,6 +23,7 @@ from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, i
 from ..testhook import pause_point
 from .compaction import compact
 from .messages import HistoryError, messages_from, rebuild_messages
+from ..store.retry import patience
 from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
 from .tokens import estimate_tokens
 from .tools import TOOL_SCHEMAS, ToolContext, cut_off_results, run_tools
@@ -564,7 +565,11 @@ def _release(store: Store, lease: Lease) -> None:
     """
     failing = sys.exc_info()[1] is not None
     try:
-        store.release(lease)
+        if failing:
+            with patience(1.0):  # the attempt failed already: do not keep its error waiting 15 s
+                store.release(lease)
+        else:
+            store.release(lease)
     except Exception:
         if not failing:
             raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..errors import StoreError
 from .backends import Backend, SqliteBackend, backend_for
 from .leases import LeaseQueries
 from .models import bound_to
-from .retry import describe, is_driver_error, store_call
+from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, store_call
 from .runs import RunQueries
 from .schema import migrate
 from .search import SearchQueries
@@ -112,6 +113,22 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries):
 NEW_FILE_PAGE_SIZE = 16384
 
 
+def _checked_schema(store: Store, *, create: bool, upgrade: bool) -> None:
+    """The schema check (and first migration) under the same reconnect policy as every store call."""
+    deadline = time.monotonic() + RETRY_FOR_S
+    delays = backoff_delays()
+    while True:
+        try:
+            with bound_to(store.db):
+                migrate(store, create=create, upgrade=upgrade)
+            return
+        except Exception as exc:
+            if not (is_driver_error(exc) and is_transient(exc) and time.monotonic() < deadline):
+                raise
+            store.close_thread_connection()
+            time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
+
+
 def _create_private_file(path: Path) -> None:
     """Create the database file owner-only before SQLite touches it (SQLite gives -wal and -shm its mode),
     as an empty WAL database: the first write fixes a file's page size and auto-vacuum mode, so both are set
@@ -161,8 +178,7 @@ def open_store(target: str | os.PathLike | None = None, *, create: bool = True, 
             raise StoreError(f"{backend.label}: no Dayflow tables in this file yet (nothing to read)")
     store = Store(backend)
     try:
-        with bound_to(store.db):
-            migrate(store, create=create, upgrade=upgrade)
+        _checked_schema(store, create=create, upgrade=upgrade)
     except StoreError:
         store.close()
         raise

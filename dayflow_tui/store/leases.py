@@ -21,7 +21,7 @@ from .. import clock, settings
 from ..errors import RunBusy
 from .models import Run
 from .resumes import record_resume
-from .retry import store_call
+from .retry import attempt_number, store_call
 from .status import RunStatus
 
 if TYPE_CHECKING:
@@ -185,23 +185,32 @@ class LeaseQueries:
         return dict(owner_host=this_host(), owner_pid=os.getpid(), owner_started=OWN_START, lease_token=token,
                     heartbeat_at=now, updated_at=now)
 
-    @store_call
     def claim(self: "Store", run_id: str, *, stale_after: float = STALE_AFTER_S, fresh_attempts: bool = False) -> Lease:
         """Take the right to drive ``run_id``; refuse if a live owner holds it.
 
         The claim is one conditional UPDATE (compare-and-swap on the lease as
         it was read), so two claimants racing on one run can never both win.
         ``fresh_attempts``: a person resumes, so the run's count of failed
-        attempts starts again.
+        attempts starts again. The token is fixed before the first try, so a
+        retry whose earlier COMMIT landed finds its own lease, not a rival's.
         """
+        token = new_token()
+        try:
+            return self._claim(run_id, token, stale_after=stale_after, fresh_attempts=fresh_attempts)
+        except BaseException:
+            forget_token(token)
+            raise
+
+    @store_call
+    def _claim(self: "Store", run_id: str, token: str, *, stale_after: float, fresh_attempts: bool) -> Lease:
         run = self.get_run(run_id)
+        if run.lease_token == token:
+            return Lease(self, run.id, token)  # an earlier try committed; only its answer was lost
         if run.lease_token is not None and owner_alive(run, stale_after):
             raise RunBusy(f"run {run.id} is being driven by {holder(run)}")
-        token = new_token()
         with self.write_transaction():
             won = self._swap_lease(run, token, fresh_attempts=fresh_attempts)
         if not won:
-            forget_token(token)
             current = self.get_run(run.id)
             if current.status == RunStatus.DONE:
                 raise RunBusy(f"run {run.id} was finished by another process meanwhile")
@@ -235,7 +244,6 @@ class LeaseQueries:
                           owner_alive=seen.lease_token is not None and owner_alive(seen))
         return won
 
-    @store_call
     def claim_next(self: "Store", *, stale_after: float = STALE_AFTER_S) -> Lease | None:
         """Claim one run for a worker: an interrupted run (owner gone) first, else the oldest queued one.
 
@@ -248,6 +256,21 @@ class LeaseQueries:
         compare-and-swap as ``claim``.
         """
         token = new_token()
+        try:
+            lease = self._claim_next(token, stale_after=stale_after)
+        except BaseException:
+            forget_token(token)
+            raise
+        if lease is None:
+            forget_token(token)
+        return lease
+
+    @store_call
+    def _claim_next(self: "Store", token: str, *, stale_after: float) -> Lease | None:
+        if attempt_number():
+            landed = Run.get_or_none(Run.lease_token == token)
+            if landed is not None:
+                return Lease(self, landed.id, token)  # an earlier try committed; only its answer was lost
         now = self.db_now()
         cutoff = clock.iso(_parse(now) - timedelta(seconds=stale_after))
         ready = Run.not_before.is_null() | (Run.not_before <= now)
@@ -270,7 +293,6 @@ class LeaseQueries:
             for run in queued:
                 if self._swap_lease(run, token):
                     return Lease(self, run.id, token)
-        forget_token(token)
         return None
 
     @store_call

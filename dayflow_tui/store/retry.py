@@ -8,6 +8,7 @@ and jitter until its window closes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import sqlite3
@@ -85,6 +86,18 @@ def attempt_number() -> int:
     return getattr(_retry_state, "attempt", 0)
 
 
+@contextlib.contextmanager
+def patience(seconds: float):
+    """Cap how long store calls in this block (this thread) keep retrying: a process on its way out
+    after an error does not wait the full window to tidy up."""
+    before = getattr(_retry_state, "cap", None)
+    _retry_state.cap = seconds if before is None else min(before, seconds)
+    try:
+        yield
+    finally:
+        _retry_state.cap = before
+
+
 def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S):
     """Exponential backoff with full jitter in its upper half: 0.05, 0.1, 0.2 ... 2 s."""
     delay = first
@@ -119,6 +132,9 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[[], float]
                 window = retry_for()
             else:
                 window = RETRY_FOR_S if self.retry_for is None else min(RETRY_FOR_S, self.retry_for)
+            cap = getattr(_retry_state, "cap", None)
+            if cap is not None:
+                window = min(window, cap)
             deadline = time.monotonic() + window
             delays = backoff_delays()
             attempt = 0
@@ -130,9 +146,9 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[[], float]
                         try:
                             return method(self, *args, **kwargs)
                         except Exception as exc:
-                            if not is_driver_error(exc):
-                                raise
-                            transient = outermost and is_transient(exc)
+                            if not is_driver_error(exc) or not outermost:
+                                raise  # a nested call's failure is its caller's to retry or report
+                            transient = is_transient(exc)
                             if transient:
                                 self.close_thread_connection()  # the next try starts on a fresh connection
                             if transient and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ import peewee
 from ..errors import RunBusy, RunNotFound
 from .leases import Lease, forget_token, new_token, owner_alive
 from .models import Run
-from .retry import store_call
+from .retry import attempt_number, store_call
 from .search import index_run_text
 from .status import RESUMABLE, RunStatus
 
@@ -26,21 +26,15 @@ class RunQueries:
         column = self.backend.now_column()
         return query if column is None else query.select_extend(column.alias("db_now"))
 
-    @store_call
     def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                    max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
                    status: str = RunStatus.QUEUED) -> Run:
         """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
-        now = self.backend.now()
-        run_id = run_id or uuid.uuid4().hex[:12]
-        with self.write_transaction():
-            Run.insert(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
-                       budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                       created_at=now, updated_at=now).execute()
-            index_run_text(self, run_id, task=user_msg)
+        run_id = run_id or uuid.uuid4().hex[:12]  # fixed before any try: a retried insert is the same run
+        self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
+                              budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at))
         return self.get_run(run_id)
 
-    @store_call
     def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None,
                            run_id: str | None = None) -> tuple[Run, Lease]:
@@ -48,16 +42,23 @@ class RunQueries:
         token = new_token()
         run_id = run_id or uuid.uuid4().hex[:12]
         try:
-            with self.write_transaction():
-                values = self._owner_values(token)
-                Run.insert(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
-                           budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                           created_at=values["updated_at"], attempts=1, **values).execute()
-                index_run_text(self, run_id, task=user_msg)
+            self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
+                                  budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                                  attempts=1), token=token)
         except BaseException:
             forget_token(token)
             raise
         return self.get_run(run_id), Lease(self, run_id, token)
+
+    @store_call
+    def _insert_run(self: "Store", values: dict[str, Any], *, token: str | None = None) -> None:
+        """Insert a run once: a retry whose earlier COMMIT landed (only the answer was lost) finds it there."""
+        if attempt_number() and Run.get_or_none(Run.id == values["id"]) is not None:
+            return
+        now = self.backend.now()
+        with self.write_transaction():
+            owner = self._owner_values(token) if token is not None else {"updated_at": now}
+            Run.insert(created_at=owner["updated_at"], **values, **owner).execute()
 
     @store_call
     def get_run(self: "Store", run_id: str) -> Run:
