@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
 import peewee
@@ -29,21 +30,21 @@ class RunQueries:
     @store_call
     def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                    max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
-                   status: str = RunStatus.QUEUED) -> Run:
+                   status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None) -> Run:
         """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
         now = self.backend.now()
         run_id = run_id or uuid.uuid4().hex[:12]
         with self.write_transaction():
             Run.insert(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
                        budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                       created_at=now, updated_at=now).execute()
+                       created_at=now, updated_at=now, budget_usd=budget_usd).execute()
             index_run_text(self, run_id, task=user_msg)
         return self.get_run(run_id)
 
     @store_call
     def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None,
-                           run_id: str | None = None) -> tuple[Run, Lease]:
+                           run_id: str | None = None, budget_usd: Decimal | None = None) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
         token = new_token()
         run_id = run_id or uuid.uuid4().hex[:12]
@@ -52,7 +53,7 @@ class RunQueries:
                 values = self._owner_values(token)
                 Run.insert(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                            budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                           created_at=values["updated_at"], attempts=1, **values).execute()
+                           created_at=values["updated_at"], attempts=1, **values, budget_usd=budget_usd).execute()
                 index_run_text(self, run_id, task=user_msg)
         except BaseException:
             forget_token(token)
@@ -173,9 +174,12 @@ class RunQueries:
 
     @store_call
     def update_limits(self: "Store", run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,
-                      compact_at: int | None = None, lease: Lease | None = None) -> None:
+                      compact_at: int | None = None, lease: Lease | None = None,
+                      budget_usd: Decimal | None = None) -> None:
         """Replace the limits given; ``None`` leaves one as it is, ``compact_at=0`` turns compaction off."""
         values: dict[str, Any] = {}
+        if budget_usd is not None:
+            values["budget_usd"] = budget_usd
         if budget_tokens is not None:
             values["budget_tokens"] = budget_tokens
         if max_steps is not None:
