@@ -390,10 +390,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from .costs import run_cost
     from .render import print_transcript
+    from .store.resumes import run_resumes
 
     store = _open(args, create=False, upgrade=False)
     run = store.get_run(args.run_id)
-    print_transcript(run, store.steps(run.id), raw=args.raw, run_cost=run_cost(store, run.id))
+    print_transcript(run, store.steps(run.id), raw=args.raw, run_cost=run_cost(store, run.id),
+                     resumes=run_resumes(store, run.id))
     return 0
 
 

@@ -90,3 +90,14 @@ def test_a_model_without_a_price_says_so_everywhere(db_path):
     assert "cost=price unknown" in shown and "$" not in shown.split("\n", 1)[0]
     spend = dayflow("spend", db=db_path).stdout
     assert "price unknown (3 call(s))" in spend
+
+
+def test_show_marks_each_resume_with_what_it_did_not_pay_again(db_path):
+    assert dayflow("brief", "--crash-after", "2", db=db_path).returncode != 0
+    [crashed] = json.loads(dayflow("runs", "--json", db=db_path).stdout)
+    assert dayflow("resume", db=db_path).returncode == 0
+    shown = dayflow("show", crashed["id"], db=db_path, env={"COLUMNS": "200"}).stdout
+    paid_before = format_usd(Decimal(str(crashed["cost_usd"])))
+    [line] = [line for line in shown.splitlines() if line.startswith("resumed ")]
+    assert line.endswith(f"(was interrupted): the 2 committed step(s) ({paid_before}) were not paid again")
+    assert shown.index(line) < shown.index("step 3 ·")  # right before the first step it paid for
