@@ -41,6 +41,20 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _dollars(text: str):
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text.strip().lstrip("$"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"expected dollars, like 0.50, got {text!r}") from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected an amount of dollars above 0, got {text!r}")
+    if value > 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors are one line, like every other error, and exit 64 (EX_USAGE)."""
 
@@ -65,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     driving.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
     driving.add_argument("--budget", type=_positive_int, metavar="TOKENS",
                          help="stop when the whole run has spent this many tokens (in + out)")
+    driving.add_argument("--budget-usd", type=_dollars, metavar="DOLLARS",
+                         help="stop before a call that could take the whole run's spend past this many dollars "
+                         "(default: the settings file's budget_usd; resume: the run's own)")
     driving.add_argument("--compact-at", type=_compact_threshold, metavar="TOKENS",
                          help="compact the request when its estimate passes TOKENS, or 'off' "
                          "(default: $DAYFLOW_COMPACT_AT, else off; resume: the run's own)")
@@ -103,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
+    resume.add_argument("--dry-run", action="store_true",
+                        help="make no call: print the next request's size, whether the prompt cache is likely "
+                        "warm, and what the next call would cost warm and cold")
 
     tasks = sub.add_parser("tasks", parents=[common], help="list tasks")
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
@@ -129,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
+
+    spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
+    spend.add_argument("--since", metavar="SPAN|DATE",
+                       help="count calls made since: 7d, 24h, 30m, 2w, or a date (default: all time)")
+    spend.add_argument("--by", choices=["agent", "model", "day"], default="model",
+                       help="one line per agent, model or UTC day (default: model)")
+    spend.add_argument("--json", action="store_true", help="machine-readable output")
+
+    prices = sub.add_parser("prices", help="where prices come from, and the rates Dayflow uses")
+    prices.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -153,7 +183,10 @@ def _open_for_reading(args: argparse.Namespace):
 
 def _print_step(event) -> None:
     if event.phase == "response":
-        print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}")
+        from .pricing import format_usd
+
+        print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}  "
+              f"cost={format_usd(event.cost, unknown='unknown')}  run={format_usd(event.run_cost, unknown='unknown')}")
         if event.compacted_est_tokens is not None:
             print(f"    (request compacted: ~{event.request_est_tokens:,} -> ~{event.compacted_est_tokens:,} "
                   "estimated tokens)")
@@ -171,7 +204,7 @@ def _driving_options(args: argparse.Namespace) -> dict:
     if args.delay is not None:
         os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
     return dict(budget_tokens=args.budget, compact_at=args.compact_at, crash_after_step=args.crash_after,
-                on_step=_print_step if args.verbose else None)
+                on_step=_print_step if args.verbose else None, budget_usd=args.budget_usd)
 
 
 def _finish(result) -> int:
@@ -191,7 +224,8 @@ def cmd_brief(args: argparse.Namespace) -> int:
     store = _open(args)
     if args.queue:
         run_id = queue_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model, budget_tokens=args.budget,
-                             max_steps=args.max_steps or DEFAULT_MAX_STEPS, compact_at=args.compact_at)
+                             max_steps=args.max_steps or DEFAULT_MAX_STEPS, compact_at=args.compact_at,
+                             budget_usd=args.budget_usd)
         print(run_id)
         print(f"[queued {run_id}] a `dayflow worker` on this database will drive it", file=sys.stderr)
         return 0
@@ -204,8 +238,10 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent.loop import resume
+    from .pricing import format_usd
 
-    store = _open(args, create=False)
+    # A dry run only reads: it never upgrades an older file (nor does anything else to it).
+    store = _open(args, create=False, upgrade=not args.dry_run)
     run_id = args.run_id
     if run_id is None:
         latest = store.latest_unfinished()
@@ -213,36 +249,101 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise DayflowError("no unfinished run to resume")
         run_id = latest.id
     run = store.get_run(run_id)
+    if args.dry_run:
+        return _dry_run(store, run, args)
     if run.status == "done":
         result = resume(run.id, store=store)
         print(f"[resume {run.id}] already finished at step {result.steps}; nothing to call", file=sys.stderr)
         return _finish(result)
 
     def announce(rid: str) -> None:
+        from .costs import run_cost
+
         current = store.get_run(rid)
+        paid = run_cost(store, rid).total
         print(f"[resume {rid}] replaying {current.step_count} committed step(s), "
-              f"{current.input_tokens} in / {current.output_tokens} out already spent", file=sys.stderr, flush=True)
+              f"{current.input_tokens} in / {current.output_tokens} out already spent "
+              f"({format_usd(paid)}, not paid again)", file=sys.stderr, flush=True)
 
     options = _driving_options(args)
     result = resume(run.id, store=store, max_steps=args.max_steps, on_start=announce, **options)
     if result.status == "done":
         print(f"[resumed {result.run_id} · finished at step {result.steps} · "
-              f"{result.input_tokens} in / {result.output_tokens} out total]", file=sys.stderr)
+              f"{result.input_tokens} in / {result.output_tokens} out total · {_saved(result)}]", file=sys.stderr)
+    elif result.replayed_steps:
+        print(f"[resume {result.run_id}] {_saved(result)}", file=sys.stderr)
     return _finish(result)
 
 
+def _saved(result) -> str:
+    """What a resume paid, and what it did not pay again: the committed steps' cost."""
+    from .pricing import format_usd
+
+    text = f"this resume paid {format_usd(result.paid)} for {result.calls} call(s)"
+    if result.replayed_steps:
+        text += (f"; the {result.replayed_steps} committed step(s) ({format_usd(result.replayed_cost)}) "
+                 "were not paid again")
+    return text
+
+
+def _dry_run(store, run, args: argparse.Namespace) -> int:
+    """``resume --dry-run``: the next call's size, cache state and price; no call, nothing written."""
+    from .agent.resume_price import resume_estimate
+    from .costs import budget_text
+    from .pricing import format_usd
+    from .store import effective_status
+
+    status = effective_status(run)
+    if run.status == "done":
+        print(f"[dry run {run.id}] done at step {run.step_count}; a resume makes no call (nothing to pay)")
+        return 0
+    found = resume_estimate(store, run.id)
+    call = found.call
+    print(f"[dry run {run.id}] {status}, {run.step_count} committed step(s); no call was made")
+    size = f"next request: {call.messages} messages, {call.input_tokens:,} input tokens ({call.size_note()})"
+    if found.count_error:
+        size += f"; the API's count failed: {printable(found.count_error)}"
+    print(size)
+    if found.pending_tools:
+        print(f"  plus the results of {found.pending_tools} tool call(s) from step {run.step_count}, "
+              "which the resume runs first (they are not counted here)")
+    cache = f"prompt cache: {call.cache_note()}"
+    if call.cached_prefix_tokens and call.ttl:
+        cache += f" ({min(call.cached_prefix_tokens, call.input_tokens):,} tokens would be read from it)"
+    print(cache)
+    warm, cold = call.warm_cost, call.cold_cost
+    if warm is None or cold is None:
+        print(f"next call: price unknown (no price for model {printable(call.model)}; "
+              f'add [prices."{printable(call.model)}"] to the settings file)')
+    else:
+        likely = "warm" if call.warm else "cold"
+        print(f"next call: {format_usd(warm.total)} with a warm cache, {format_usd(cold.total)} cold "
+              f"(likely: {likely}; reply of {call.expected_output_tokens:,} tokens, this run's largest so far; "
+              f"at most {call.max_output_tokens:,})")
+    print(f"already paid: {format_usd(found.spent.total)} for {run.step_count} committed step(s); "
+          "a resume does not pay for them again")
+    budget = budget_text(args.budget_usd or run.budget_usd, found.spent.total)
+    if budget:
+        print(f"dollar budget: {budget} spent")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
+    from .costs import budget_text, cache_text, run_cost_json, run_costs
+    from .pricing import format_usd
     from .store import effective_status
 
     store = _open_for_reading(args)
     runs = store.list_runs(limit=args.limit, status=[args.status] if args.status else None)
     if args.status in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
         runs = [r for r in runs if effective_status(r) == args.status]  # liveness is not in SQL
+    costs = run_costs(store, [r.id for r in runs])
     if args.json:
         rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
                  "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
-                 "output_tokens": r.output_tokens, "model": r.model, "compact_at": r.compact_at,
-                 "error": r.error} for r in runs]
+                 "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
+                 "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
+                 **run_cost_json(costs[r.id], r.budget_usd), "error": r.error} for r in runs]
         print(printable_json(rows))
         return 0
     if not runs:
@@ -251,8 +352,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
         else:
             print("no runs yet; start one with: dayflow brief", file=sys.stderr)
     for r in runs:
+        cost = costs[r.id]
         line = (f"{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
-                f"tokens={r.input_tokens}/{r.output_tokens}  {printable(r.model)}")
+                f"tokens={r.input_tokens}/{r.output_tokens}  cost={format_usd(cost.total, unknown='unknown')}  "
+                f"cache={cache_text(cost)}  {printable(r.model)}")
+        budget = budget_text(r.budget_usd, cost.total)
+        if budget:
+            line += f"  budget={budget.replace(' ', '')}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
         print(line)
@@ -260,26 +366,118 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from .costs import run_costs
+    from .pricing import format_usd, usd_number
+
     store = _open_for_reading(args)
     tasks = store.list_tasks(include_done=args.all)
+    # What the run that created each task cost (the whole run: a task is one of its side effects).
+    costs = run_costs(store, [t.run_id for t in tasks if t.run_id])
     if args.json:
         print(printable_json([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
-                           "idempotency_key": t.idempotency_key, "run_id": t.run_id} for t in tasks]))
+                           "idempotency_key": t.idempotency_key, "run_id": t.run_id,
+                           "run_cost_usd": usd_number(costs[t.run_id].total) if t.run_id else None}
+                           for t in tasks]))
         return 0
     for t in tasks:
         mark = "x" if t.done else " "
         due = f"  due {t.due}" if t.due else ""
-        origin = f"  (run {t.run_id})" if t.run_id else ""
+        origin = f"  (run {t.run_id}, {format_usd(costs[t.run_id].total)})" if t.run_id else ""
         print(f"[{mark}] {t.id:>4}  {one_line(t.title, 80)}{due}  key={printable(t.idempotency_key)}{origin}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .costs import run_cost
     from .render import print_transcript
+    from .store.resumes import run_resumes
 
     store = _open(args, create=False, upgrade=False)
     run = store.get_run(args.run_id)
-    print_transcript(run, store.steps(run.id), raw=args.raw)
+    print_transcript(run, store.steps(run.id), raw=args.raw, run_cost=run_cost(store, run.id),
+                     resumes=run_resumes(store, run.id))
+    return 0
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    from .costs import parse_since, since_label, spend
+    from .pricing import format_usd, usd_number
+
+    since = parse_since(args.since) if args.since else None
+    store = _open_for_reading(args)
+    rows, total = spend(store, since=since, by=args.by)
+    if args.json:
+        def as_json(row) -> dict:
+            return {args.by if row is not total else "total": row.key, "runs": row.runs, "calls": row.calls,
+                    "input_tokens": row.input_tokens, "output_tokens": row.output_tokens,
+                    "cache_read_tokens": row.cache_read_tokens,
+                    "cost_usd": usd_number(row.cost.total) if row.cost is not None else None,
+                    "priced_usd": usd_number(row.priced.total), "unpriced_calls": row.unpriced_calls}
+
+        print(printable_json({"since": since, "by": args.by, "rows": [as_json(r) for r in rows],
+                              "total": as_json(total)}))
+        return 0
+    print(f"spend {since_label(since)}, by {args.by}")
+    width = max([len(args.by), 5] + [len(printable(r.key)) for r in rows])
+    print(f"{args.by:<{width}}  {'runs':>5}  {'calls':>6}  {'input tok':>11}  {'output tok':>10}  "
+          f"{'cache':>5}  cost")
+    for row in rows + [total]:
+        cost = format_usd(row.cost.total) if row.cost is not None else \
+            f"price unknown ({row.unpriced_calls} call(s))" + (
+                f"; the priced calls: {format_usd(row.priced.total)}" if row.priced.total else "")
+        cache = f"{row.cache_read_tokens / row.input_tokens:.0%}" if row.input_tokens else "—"
+        print(f"{printable(row.key):<{width}}  {row.runs:>5}  {row.calls:>6}  {row.input_tokens:>11,}  "
+              f"{row.output_tokens:>10,}  {cache:>5}  {cost}")
+    return 0
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from . import pricing, settings
+
+    source = pricing.price_source()
+    overrides = [pricing.override_prices(name, name, rates) for name, rates in sorted(settings.current().prices.items())]
+    try:
+        library = pricing.library_models()
+    except ImportError as exc:
+        library = []
+        print(f"dayflow: {exc}", file=sys.stderr)
+    today = pricing._day(None)
+    builtin = [] if any(p.model == pricing.OFFLINE_MODEL for p in overrides) else \
+        [("built in", pricing.offline_prices())]
+    rows = [("settings file", p) for p in overrides] + builtin + [(pricing.LIBRARY, p) for _i, _n, p in library]
+
+    def rates(prices) -> dict:
+        found = prices.rates_on(today)
+        return {key: str(found[key].base) for key in pricing.PRICE_KEYS if key in found} | (
+            {"tiers": {key: [[start, str(price)] for start, price in found[key].tiers]
+                       for key in pricing.PRICE_KEYS if key in found and found[key].tiers}}
+            if any(r.tiers for r in found.values()) else {})
+
+    if args.json:
+        print(printable_json({"source": source.line(), "library": source.library, "version": source.version,
+                              "released": source.released if source.version == source.pinned else None,
+                              "config_file": str(settings.current().config_file or settings.config_path(os.environ)),
+                              "models": [{"model": p.model, "name": p.name, "from": origin, **rates(p)}
+                                         for origin, p in rows]}))
+        return 0
+    print(f"prices: {source.line()}")
+    print(f"overrides: [prices.\"MODEL\"] in {settings.current().config_file or settings.config_path(os.environ)}"
+          " (dollars per million tokens: input, output, cache_write, cache_read)")
+    print(f"rates today ({today}), dollars per million tokens:")
+    print(f"  {'model':<28} {'input':>8} {'5m write':>9} {'1h write':>9} {'read':>8} {'output':>8}  from")
+    for origin, prices in rows:
+        found = prices.rates_on(today)
+
+        def cell(key: str) -> str:
+            rate = found.get(key)
+            return "-" if rate is None else format(rate.base.normalize(), "f") + ("+" if rate.tiers else "")
+
+        print(f"  {printable(prices.model):<28} {cell('input'):>8} {cell('cache_write'):>9} "
+              f"{cell('cache_write_1h'):>9} {cell('cache_read'):>8} {cell('output'):>8}  {origin}")
+    if any(r.tiers for _o, p in rows for r in p.rates_on(today).values()):
+        print("  + a higher rate applies to every token of a request whose input passes the model's tier "
+              "(see --json)")
+    print("any other model: price unknown")
     return 0
 
 
@@ -382,7 +580,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume,
-            "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search}
+            "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search, "spend": cmd_spend,
+            "prices": cmd_prices}
 
 
 # ``dayflow search budget -draft``: a query word can start with "-". Before argparse sees it, such a word

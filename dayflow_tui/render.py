@@ -12,6 +12,8 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
+from .costs import RunCost, budget_text, cache_text
+from .pricing import format_usd
 from .safe_text import printable
 from .agent.transcript import build_steps
 
@@ -20,16 +22,33 @@ def _safe(text: object, style: str = "") -> Text:
     return Text(printable(text), style=style)
 
 
-def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None) -> None:
+def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
+                     run_cost: RunCost | None = None, resumes: list | None = None) -> None:
+    """``resumes`` (``store.resumes.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
     header = Text.assemble(("run ", "bold"), (run.id, "bold cyan"), f"  {run.status}  model=",
                            printable(run.model), f"  tokens={run.input_tokens}/{run.output_tokens}")
+    if run_cost is not None:
+        header.append(f"  cost={format_usd(run_cost.total)}  cache={cache_text(run_cost)}")
+        budget = budget_text(getattr(run, "budget_usd", None), run_cost.total)
+        if budget:
+            header.append(f"  budget={budget.replace(' ', '')}")
     console.print(header)
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
-    for view in build_steps(steps):
+    views = build_steps(steps, run.model)
+    resumed_after = {resume.after_step: resume for resume in resumes or []}
+    for view in views:
+        resume = resumed_after.get(view.n - 1)
+        if resume is not None and view.n > 1:
+            saved = views[view.n - 2].cum_cost if len(views) >= view.n - 1 else None
+            console.print(_safe(f"resumed {resume.at[:19].replace('T', ' ')} (was {resume.previous_status}): the "
+                                f"{resume.after_step} committed step(s) ({format_usd(saved)}) were not paid again",
+                                "bold green"))
         gap = f"  +{view.seconds_since_previous:.1f}s" if view.seconds_since_previous is not None else ""
-        console.print(Rule(Text(f"step {view.n} · stop={view.stop_reason} · {view.input_tokens} in / "
-                                f"{view.output_tokens} out · total {view.cum_input}/{view.cum_output}{gap}"),
+        # Short enough for 80 columns: a rule is cut at the terminal's width, and the dollars come last.
+        console.print(Rule(Text(f"step {view.n} · {view.stop_reason} · {view.input_tokens}/{view.output_tokens} "
+                                f"tokens · {format_usd(view.cost)} · run {view.cum_input}/{view.cum_output}, "
+                                f"{format_usd(view.cum_cost)}{gap}"),
                            align="left", style="dim"))
         if view.compacted_est_tokens is not None:
             # The history is stored in full; this step's call was sent a compacted view of it.

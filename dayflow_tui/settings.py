@@ -21,11 +21,13 @@ environment itself, and Dayflow only asks whether it is there.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import socket
 import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -74,6 +76,13 @@ class Settings:
     config_file: Path | None = None
     # Whether ANTHROPIC_API_KEY is set (the key itself is never held here).
     has_api_key: bool = False
+    # Prices per million tokens that win over the price library: {model: {"input": $, "output": $, ...}}
+    # (negotiated rates, or models the library does not know). See pricing.py.
+    prices: dict[str, dict[str, Decimal]] = field(default_factory=dict, hash=False)
+    # The dollar budget of runs started without --budget-usd (None: no dollar budget).
+    budget_usd: Decimal | None = None
+    # The dashboard asks before a resume whose next call is predicted to cost more than this.
+    resume_confirm_usd: Decimal = Decimal("0.10")
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -160,6 +169,65 @@ def _http_url(raw: Any) -> str | None:
     return text
 
 
+def _dollars(raw: Any) -> Decimal:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str, Decimal)):
+        raise ValueError("must be an amount of dollars")
+    try:
+        value = Decimal(str(raw).strip().lstrip("$"))
+    except InvalidOperation:
+        raise ValueError("must be an amount of dollars") from None
+    if not value.is_finite() or value < 0:
+        raise ValueError("must be a finite amount of dollars, 0 or more")
+    if value > 1_000_000:
+        raise ValueError("is too large")
+    return value
+
+
+def _dollars_or_off(raw: Any) -> Decimal | None:
+    if isinstance(raw, str) and raw.strip().lower() in ("", "off", "none"):
+        return None
+    return _dollars(raw)
+
+
+PRICE_FIELDS = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
+
+
+class _Problem(ValueError):
+    """A value with parts (a table) that says which part is wrong: ``."MODEL": output is missing``."""
+
+
+def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
+    """``[prices."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_PRICES``): dollars per million tokens."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise _Problem(f" must be a JSON object of models ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise _Problem(' must be tables: [prices."MODEL"] input = 3.0, output = 15.0')
+    table: dict[str, dict[str, Decimal]] = {}
+    for model, rates in raw.items():
+        name = str(model).strip()
+        if not name or len(name) > 200:
+            raise _Problem(f": {str(model)[:40]!r} is not a model name")
+        if not isinstance(rates, dict):
+            raise _Problem(f'."{name}" must be a table (input = ..., output = ...)')
+        unknown = sorted(set(rates) - set(PRICE_FIELDS))
+        if unknown:
+            raise _Problem(f'."{name}": unknown price {unknown[0]!r} (known: {", ".join(PRICE_FIELDS)})')
+        missing = [key for key in ("input", "output") if key not in rates]
+        if missing:
+            raise _Problem(f'."{name}": {missing[0]} is missing (dollars per million tokens)')
+        parsed = {}
+        for key, value in rates.items():
+            try:
+                parsed[key] = _dollars(value)
+            except ValueError as exc:
+                raise _Problem(f'."{name}" {key} {exc}') from None
+        table[name] = parsed
+    return table
+
+
 def _path(raw: Any) -> Path | None:
     text = _text(raw)
     return Path(text).expanduser() if text else None
@@ -185,7 +253,13 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "otel_content": ("DAYFLOW_OTEL_CONTENT", _flag, "1 or 0"),
     "call_log": ("DAYFLOW_CALL_LOG", _text, "a file path"),
     "debug": ("DAYFLOW_DEBUG", _flag, "1 or 0"),
+    "prices": ("DAYFLOW_PRICES", _price_table,
+               'tables [prices."MODEL"] of input, output, cache_write, cache_read (dollars per million tokens)'),
+    "budget_usd": ("DAYFLOW_BUDGET_USD", _dollars_or_off, "an amount of dollars or 'off'"),
+    "resume_confirm_usd": ("DAYFLOW_RESUME_CONFIRM_USD", _dollars, "an amount of dollars"),
 }
+# Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
+_TABLES = {"prices"}
 
 
 def config_path(env: Mapping[str, str]) -> Path:
@@ -207,7 +281,9 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
     flat: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict):  # [section] key = value is the same as section_key = value
+        if isinstance(value, dict) and key in _TABLES:
+            flat[key] = value
+        elif isinstance(value, dict):  # [section] key = value is the same as section_key = value
             for inner, inner_value in value.items():
                 flat[f"{key}_{inner}"] = inner_value
         else:
@@ -230,6 +306,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
                                 f"(known: {', '.join(sorted(_FIELDS))})")
         try:
             values[key] = _FIELDS[key][1](raw)
+        except _Problem as exc:
+            raise SettingsError(f"config file {path}: {key}{exc}") from None
         except (ValueError, TypeError):
             raise SettingsError(f"config file {path}: {key} must be {_FIELDS[key][2]}, got {_shown(raw)!r}") from None
     for key, (variable, parse, meaning) in _FIELDS.items():
@@ -238,6 +316,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             continue
         try:
             values[key] = parse(raw)
+        except _Problem as exc:
+            raise SettingsError(f"{variable}{exc}") from None
         except (ValueError, TypeError):
             raise SettingsError(f"{variable} must be {meaning}, got {_shown(raw)!r}") from None
     if values.get("hostname") is None:

@@ -61,7 +61,7 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.setenv("DAYFLOW_OFFLINE_DELAY", "0")
     monkeypatch.setenv("DAYFLOW_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # spool files stay in the test's folder
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # the spool and the price cache stay in the test's folder
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("DAYFLOW_STATE_DIR", raising=False)
     monkeypatch.delenv("DAYFLOW_CONFIG", raising=False)

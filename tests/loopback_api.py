@@ -17,6 +17,12 @@ sent: fault tests cut the database connection while a call is in flight.
 One server can serve many independent clients: ``lane(name, delay=...)``
 is a base URL of its own (``/lanes/NAME``) with its own delay, plan and
 record of requests, so the crash trials share one server per module.
+
+``POST /v1/messages/count_tokens`` (free on the real API: it buys no reply)
+is answered apart and recorded in ``count_requests``, never in ``requests``:
+``calls`` counts paid calls only. Its count is the input size the offline
+model reports for the same request, plus ``count_offset`` (a test sets one to
+see that a number came from this endpoint and not from a local estimate).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class Lane:
         self.delay = delay
         self.on_request = on_request
         self.requests: list[dict] = []
+        self.count_requests: list[dict] = []
+        self.count_offset = 0
         self.headers: list[dict] = []
         self.planned: dict[int, Reply | Callable] = {}
         self.extra_block_fields = extra_block_fields or {}
@@ -114,6 +122,14 @@ class Lane:
         if self.on_request is not None:
             self.on_request(number)
         return planned
+
+    def count(self, body: dict) -> int:
+        """The input tokens of ``body`` as the offline model counts a request's whole input."""
+        from dayflow_tui.agent.tokens import estimate_tokens
+
+        size = estimate_tokens({"system": body.get("system"), "tools": body.get("tools"),
+                                "messages": body.get("messages")})
+        return size + self.count_offset
 
     def answer(self, body: dict) -> dict:
         """The JSON a server would send for ``body``: the offline model's answer, server-shaped."""
@@ -191,6 +207,10 @@ class LoopbackAPI(Lane):
                 lane = api.lane_for(self.path)
                 if lane is None:
                     planned = error_reply(404, f"no lane for {self.path}")
+                elif self.path.split("?")[0].endswith("/count_tokens"):
+                    with lane._lock:
+                        lane.count_requests.append(body)
+                    planned = (200, {}, {"input_tokens": lane.count(body)})
                 else:
                     planned = lane.record(body, self.headers)
                     if lane.delay:

@@ -35,8 +35,19 @@ def tui_store(db_path):
     store.close()
 
 
+def _spend_read(pilot) -> bool:
+    """The run list's spend panel has its numbers (a thread worker reads them)."""
+    panels = pilot.app.screen.query("#spend")
+    return not panels or "…" not in str(panels.first().render())
+
+
+async def _list_ready(pilot) -> None:
+    await wait_for(pilot, lambda: _spend_read(pilot))
+
+
 def _open_run(run_id: str):
     async def run_before(pilot):
+        await _list_ready(pilot)
         table = pilot.app.screen.query_one("RunTable")
         table.select_run(run_id)
         await pilot.press("enter")
@@ -49,13 +60,13 @@ def _open_run(run_id: str):
 def test_run_list_every_status(snap_compare, tui_store):
     lease = demo_data.every_status(tui_store)
     try:
-        assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE)
+        assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_list_ready)
     finally:
         tui_store.release(lease)
 
 
 def test_run_list_empty_database(snap_compare, tui_store):
-    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE)
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_list_ready)
 
 
 def test_transcript_three_steps(snap_compare, tui_store):
@@ -87,6 +98,33 @@ def test_resume_in_progress(snap_compare, tui_store):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+def test_run_list_cost_column(snap_compare, tui_store, monkeypatch):
+    """Dollars per run and the spend panel, with the offline model priced like a paid one (settings)."""
+    monkeypatch.setenv("DAYFLOW_PRICES", '{"offline": {"input": 3, "output": 15}}')
+    lease = demo_data.every_status(tui_store)
+    try:
+        assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_list_ready)
+    finally:
+        tui_store.release(lease)
+
+
+def test_resume_estimate_line(snap_compare, tui_store, monkeypatch):
+    """An interrupted run's transcript: what pressing r will cost, warm and cold, and why."""
+    monkeypatch.setenv("DAYFLOW_PRICES", '{"offline": {"input": 3, "output": 15}}')
+    demo_data.interrupted_run(tui_store, "run-crash-001", demo_data.BASE_TIME, after_step=2)
+    opened = _open_run("run-crash-001")
+
+    async def run_before(pilot):
+        await opened(pilot)
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#resume-estimate").display)
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
 def test_help_screen(snap_compare, tui_store):
     demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME + timedelta(minutes=1))
-    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, press=["question_mark"])
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await pilot.press("question_mark")
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)

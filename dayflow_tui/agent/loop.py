@@ -11,16 +11,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
 from typing import Any, Callable
 
-from .. import clock, settings
+from .. import clock, pricing, settings
 from . import sdk_client
-from ..errors import DayflowError, ModelCallFailed, RunBusy
+from ..errors import DayflowError, ModelCallFailed, RunBusy, UsageError
+from ..pricing import Cost, Usage
 from ..redaction import redact_and_cut
 from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, ingest_spool, spool_reply,
                      step_blocks)
 from ..testhook import pause_point
+from . import estimate
 from .compaction import compact
 from .messages import HistoryError, messages_from, rebuild_messages
 from ..store.retry import patience
@@ -64,6 +68,8 @@ class StepEvent:
     # The request's estimated size as built from history, and after compaction (None: not compacted).
     request_est_tokens: int | None = None
     compacted_est_tokens: int | None = None
+    cost: Cost | None = None  # this call's cost (None: no price for its model)
+    run_cost: Cost | None = None  # the whole run's so far
 
 
 @dataclass
@@ -79,6 +85,9 @@ class RunResult:
     error: str | None = None
     # Live OpenTelemetry export (setting otel_endpoint): why some spans were not sent, if they were not.
     trace_problem: str | None = None
+    cost: Cost | None = None  # the whole run's calls (None: a model without a price)
+    paid: Cost | None = None  # the calls this invocation made
+    replayed_cost: Cost | None = None  # the committed steps it found: paid before, not paid again
 
 
 OnStep = Callable[[StepEvent], None]
@@ -247,6 +256,72 @@ def _text_of(blocks: list[dict]) -> str:
     return "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip()
 
 
+@dataclass
+class _Spend:
+    """The whole run's dollars as the driver goes: what it found committed, and what it pays."""
+
+    replayed: Cost | None
+    paid: Cost = field(default_factory=Cost)
+    paid_known: bool = True
+    largest_output: int = 0  # the run's largest reply so far (the budget's guess of the next one)
+    previous: estimate.PreviousCall | None = None
+
+    @property
+    def total(self) -> Cost | None:
+        if self.replayed is None or not self.paid_known:
+            return None
+        return self.replayed + self.paid
+
+    def add(self, cost: Cost | None) -> None:
+        if cost is None:
+            self.paid_known = False
+        else:
+            self.paid = self.paid + cost
+
+    @property
+    def paid_or_none(self) -> Cost | None:
+        return self.paid if self.paid_known else None
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """The dollar budget's answer before a call: stop (why), or go with at most ``max_tokens`` of reply."""
+
+    stop: str | None = None
+    max_tokens: int | None = None
+
+
+def dollar_verdict(budget: Decimal, spent: Cost | None, call: estimate.NextCall) -> _Verdict:
+    """May the run make ``call`` and stay within ``budget`` dollars?
+
+    It stops before the call when what the run has spent plus the call's likely
+    cost (its input under the judged cache state, a reply as long as the run's
+    longest) would pass the budget. A call that may go ahead gets a reply cap
+    (``max_tokens``) that its cost cannot pass the budget under, whatever the
+    reply, pricing the input as if the cache were cold: the run never makes a
+    call that could take it past the budget.
+    """
+    if spent is None or call.prices is None:
+        return _Verdict(stop=f"dollar budget cannot be checked: no price for model {call.model[:80]!r} "
+                        f'(add [prices."{call.model[:80]}"] to the settings file)')
+    likely = call.likely_cost
+    assert likely is not None
+    shown = (f"spent {pricing.format_usd(spent.total)} of {pricing.format_usd(budget)}; the next call "
+             f"({call.input_tokens:,} input tokens, cache {'warm' if call.warm else 'cold'})")
+    if spent.total + likely.total > budget:
+        return _Verdict(stop=f"dollar budget reached: {shown} would cost about "
+                        f"{pricing.format_usd(likely.total)}")
+    cold_input = call.cost(warm=False, output_tokens=0)
+    rate = call.output_rate()
+    assert cold_input is not None and rate is not None
+    room = budget - spent.total - cold_input.total
+    cap = call.max_output_tokens if rate == 0 else min(int(room / rate), call.max_output_tokens)
+    if cap < call.expected_output_tokens:
+        return _Verdict(stop=f"dollar budget reached: {shown} leaves room for {max(cap, 0):,} reply tokens "
+                        f"if the cache is cold, fewer than the {call.expected_output_tokens:,} expected")
+    return _Verdict(max_tokens=cap if cap < call.max_output_tokens else None)
+
+
 class _Driver:
     """Drives one leased run from ``start_step`` until it ends, stops or crashes."""
 
@@ -262,6 +337,7 @@ class _Driver:
         self.should_stop = should_stop
         self.calls = 0
         self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today())
+        self.spend = _Spend(replayed=Cost())
 
     def emit(self, event: StepEvent) -> None:
         if self.on_step is not None:
@@ -292,6 +368,15 @@ class _Driver:
                                   f"{run.budget_tokens:,} spent", n - 1, spent_in, spent_out, replayed)
             prepared = prepare_messages(messages, run.compact_at)
             request = build_request(run.model, prepared.messages)
+            reply_cap: int | None = None
+            if run.budget_usd is not None:
+                call = estimate.predict(request, self.spend.previous, expected_output_tokens=estimate.expected_output(
+                    self.spend.largest_output, MAX_TOKENS))
+                verdict = dollar_verdict(run.budget_usd, self.spend.total, call)
+                if verdict.stop:
+                    return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
+                if verdict.max_tokens is not None:
+                    reply_cap = request["max_tokens"] = verdict.max_tokens
             if self.client is None:
                 self.client = make_client(run.model)
             # The commit of the reply we are about to buy must land in the file the user will look at.
@@ -308,18 +393,28 @@ class _Driver:
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
+            cost = pricing.price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
+                                                                     step.cache_read_input_tokens, tokens_out))
+            self.spend.add(cost)
+            self.spend.largest_output = max(self.spend.largest_output, tokens_out)
+            self.spend.previous = estimate.PreviousCall(prepared.messages, prepared.est_after, tokens_in, tokens_out,
+                                                        clock.now())
+            if final is not None and reply_cap is not None and step.stop_reason == "max_tokens":
+                final = ("budget", final[1], f"dollar budget reached: the reply used all {reply_cap:,} tokens "
+                         "the budget left room for")
             if final is not None:
                 status, text, error = final
                 self._commit(step, final)
                 self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in,
                                     tokens_out, spent_in, spent_out, step.request_est_tokens,
-                                    step.compacted_est_tokens))
+                                    step.compacted_est_tokens, cost, self.spend.total))
                 return self._result(status, text, n, spent_in, spent_out, replayed, error)
             # Commit the paid turn before any tool runs: a crash from here on loses no call.
             self._commit(step, None)
             messages.append({"role": "assistant", "content": blocks})
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
-                                spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens))
+                                spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,
+                                self.spend.total))
             if step.tool_uses:
                 results = self.run_pending_tools(n, blocks, (spent_in, spent_out), step.stop_reason)
                 messages.append({"role": "user", "content": results})
@@ -390,27 +485,39 @@ class _Driver:
 
     def _result(self, status: str, text: str | None, steps: int, spent_in: int, spent_out: int,
                 replayed: int, error: str | None = None) -> RunResult:
-        return RunResult(self.run.id, status, text, steps, spent_in, spent_out, self.calls, replayed, error)
+        return RunResult(self.run.id, status, text, steps, spent_in, spent_out, self.calls, replayed, error,
+                         cost=self.spend.total, paid=self.spend.paid_or_none, replayed_cost=self.spend.replayed)
+
+
+def _check_dollar_budget(model: str, budget_usd: Decimal | None) -> None:
+    """A dollar budget on a model without a price could never be checked: refused before anything is written."""
+    if budget_usd is not None and pricing.lookup(model) is None:
+        raise UsageError(f"--budget-usd: no price is known for model {model[:80]!r}, so a dollar budget cannot be "
+                         f'checked (add [prices."{model[:80]}"] with input and output to the settings file)')
 
 
 def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None = None, client: Any = None,
               budget_tokens: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
               compact_at: int | None = None, run_id: str | None = None, on_step: OnStep | None = None,
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
-              should_stop: Callable[[], bool] | None = None) -> RunResult:
+              should_stop: Callable[[], bool] | None = None, budget_usd: Decimal | None = None) -> RunResult:
     """Start a new run and drive it to its end.
 
     ``compact_at`` (estimated tokens of the message list) turns compaction on;
-    ``None`` takes ``DAYFLOW_COMPACT_AT``, ``0`` means off.
+    ``None`` takes ``DAYFLOW_COMPACT_AT``, ``0`` means off. ``budget_usd``
+    (None: the ``budget_usd`` setting) is the whole run's dollar limit.
     """
     if compact_at is None:
         compact_at = default_compact_at()
     model = model or default_model()
+    budget_usd = budget_usd if budget_usd is not None else settings.current().budget_usd
+    _check_dollar_budget(model, budget_usd)
     if client is None:
         client = make_client(model)  # fail on a missing key before a run is recorded
     _require_live_export()
     run, lease = store.create_claimed_run(user_msg, model=model, budget_tokens=budget_tokens,
-                                          max_steps=max_steps, compact_at=compact_at or None, run_id=run_id)
+                                          max_steps=max_steps, compact_at=compact_at or None, run_id=run_id,
+                                          budget_usd=budget_usd)
     if on_start is not None:
         on_start(run.id)
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
@@ -419,25 +526,30 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
 
 def queue_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None = None,
                 budget_tokens: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
-                compact_at: int | None = None) -> str:
+                compact_at: int | None = None, budget_usd: Decimal | None = None) -> str:
     """Record a run for a worker to drive (``dayflow worker``); the same defaults as ``run_brief``.
 
     No client is built here: the model's key is needed where the worker runs.
     """
     if compact_at is None:
         compact_at = default_compact_at()
-    run = store.create_run(user_msg, model=model or default_model(), budget_tokens=budget_tokens,
-                           max_steps=max_steps, compact_at=compact_at or None, status=RunStatus.QUEUED)
+    model = model or default_model()
+    budget_usd = budget_usd if budget_usd is not None else settings.current().budget_usd
+    _check_dollar_budget(model, budget_usd)
+    run = store.create_run(user_msg, model=model, budget_tokens=budget_tokens, max_steps=max_steps,
+                           compact_at=compact_at or None, status=RunStatus.QUEUED, budget_usd=budget_usd)
     return run.id
 
 
 def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int | None = None,
            max_steps: int | None = None, compact_at: int | None = None, on_step: OnStep | None = None,
            on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
-           should_stop: Callable[[], bool] | None = None, lease: Lease | None = None) -> RunResult:
+           should_stop: Callable[[], bool] | None = None, lease: Lease | None = None,
+           budget_usd: Decimal | None = None) -> RunResult:
     """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing.
 
-    ``budget_tokens``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own when given.
+    ``budget_tokens``, ``budget_usd``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own
+    when given.
     ``lease``: the run is already claimed (a worker's ``store.claim_next``). Without one (a person's
     resume) everything that can refuse the run is checked before it is claimed, so a resume that
     cannot start changes nothing: the history is validated and the client built first.
@@ -451,15 +563,16 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
     if lease is None:
+        _check_dollar_budget(run.model, budget_usd)
         messages_from(run, store.replay_steps(run.id))  # a damaged history is refused with nothing written
         if client is None:
             client = make_client(run.model)  # a missing key is refused with nothing written
         _require_live_export()
         lease = store.claim(run.id, fresh_attempts=True)
     try:
-        if budget_tokens is not None or max_steps is not None or compact_at is not None:
+        if budget_tokens is not None or max_steps is not None or compact_at is not None or budget_usd is not None:
             store.update_limits(run.id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                                lease=lease)
+                                budget_usd=budget_usd, lease=lease)
         if on_start is not None:
             on_start(run.id)
     except BaseException:
@@ -528,6 +641,10 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
         spent_in = sum(s.input_tokens for s in steps)
         spent_out = sum(s.output_tokens for s in steps)
         if steps:
+            from ..costs import run_cost
+
+            driver.spend.replayed = run_cost(store, run_id).cost
+            driver.spend.largest_output = max(s.output_tokens for s in steps)
             last = steps[-1]
             assistant = step_blocks(last, "assistant") or []
             final = _Driver._final_state(_record_of(last, assistant)) if assistant else None
@@ -543,6 +660,8 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
                 results = driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
                 messages.append({"role": "assistant", "content": assistant})
                 messages.append({"role": "user", "content": results})
+        if steps and run.budget_usd is not None:
+            driver.spend.previous = previous_call(store, run, messages)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
                             replayed=len(steps))
     except (RunBusy, ReplySpooled, ModelCallFailed, KeyboardInterrupt, SystemExit):
@@ -573,6 +692,28 @@ def _release(store: Store, lease: Lease) -> None:
     except Exception:
         if not failing:
             raise
+
+
+def previous_call(store: Store, run, history: list[dict]) -> estimate.PreviousCall | None:
+    """The run's last paid call as the prediction needs it: what it sent, its tokens, when.
+
+    ``history`` is the message list rebuilt from every step; the last call sent
+    what preceded its own reply, compacted as the run's setting compacts it.
+    """
+    step = store.step_at(run.id, run.step_count) if run.step_count else None
+    if step is None:
+        return None
+    replies = [i for i, message in enumerate(history) if message.get("role") == "assistant"]
+    # The history holds the last reply unless it has no content or its tools have not run yet.
+    assistant = step_blocks(step, "assistant") or []
+    pending = step.tool_results is None and any(b.get("type") == "tool_use" for b in assistant)
+    held = bool(assistant) and not pending and bool(replies)
+    sent = prepare_messages(history[:replies[-1]] if held else history, run.compact_at)
+    try:
+        at = datetime.fromisoformat(step.created_at.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        at = None
+    return estimate.PreviousCall(sent.messages, sent.est_after, step.input_tokens, step.output_tokens, at)
 
 
 def _give_up(store: Store, run_id: str, lease: Lease, reason: str) -> None:

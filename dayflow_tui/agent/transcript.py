@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..costs import step_cost
+from ..pricing import Cost
 from ..store import step_blocks
 
 
@@ -67,6 +69,9 @@ class StepView:
     raw_assistant: str
     raw_tool_results: str | None
     problem: str | None = None  # a stored row that could not be read
+    model: str | None = None  # the model that answered (the reply's own name)
+    cost: "Cost | None" = None  # this call's dollars (None: no price for its model)
+    cum_cost: "Cost | None" = None  # the run's dollars up to and including this step
 
 
 def _parse_time(value: str) -> datetime | None:
@@ -102,10 +107,15 @@ def _result_text(block: dict) -> str:
     return "" if content is None else str(content)
 
 
-def build_steps(steps: list) -> list[StepView]:
-    """Turn ``steps`` rows into views, pairing tool calls with their results by id."""
+def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = None) -> list[StepView]:
+    """Turn ``steps`` rows into views, pairing tool calls with their results by id.
+
+    ``model`` (the run's) prices steps that recorded none; ``spent`` is what
+    the steps before these cost (a live view decoding only new steps).
+    """
     views: list[StepView] = []
     cum_in = cum_out = 0
+    cum_cost: Cost | None = Cost() if spent is None else spent
     previous: datetime | None = None
     for step in steps:
         cum_in += step.input_tokens
@@ -120,7 +130,10 @@ def build_steps(steps: list) -> list[StepView]:
                         cum_output=cum_out, created_at=step.created_at, seconds_since_previous=gap,
                         duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
                         compacted_est_tokens=step.compacted_est_tokens, raw_assistant=step.assistant,
-                        raw_tool_results=step.tool_results)
+                        raw_tool_results=step.tool_results, model=step.model)
+        view.cost = step_cost(step, model)
+        cum_cost = None if cum_cost is None or view.cost is None else cum_cost + view.cost
+        view.cum_cost = cum_cost
         try:
             assistant = step_blocks(step, "assistant") or []
             results = step_blocks(step, "tool_results") or []

@@ -26,11 +26,12 @@ from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_tr
 from .runs import RunQueries
 from .schema import migrate
 from .search import SearchQueries
+from .spend import SpendQueries
 from .steps import StepQueries
 from .tasks import TaskQueries
 
 
-class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries):
+class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, SpendQueries):
     """One open Dayflow database. Each store owns its database handle; two in one process stay apart."""
 
     def __init__(self, backend: Backend):

@@ -19,6 +19,7 @@ from peewee import (
     CharField,
     CompositeKey,
     DatabaseProxy,
+    DecimalField,
     ForeignKeyField,
     IntegerField,
     Model,
@@ -94,6 +95,8 @@ class Run(BaseModel):
     step_count = IntegerField(default=0)
     model = TextField()  # API-sent text is unbounded TEXT: PostgreSQL refused long values, losing paid replies
     budget_tokens = IntegerField(null=True)
+    # The whole run's spend limit in dollars (schema 6); checked before every paid call (agent/loop.py).
+    budget_usd = DecimalField(max_digits=14, decimal_places=6, null=True, auto_round=True)
     max_steps = IntegerField(default=12)
     compact_at = IntegerField(null=True)
     error = TextField(null=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
 import peewee
@@ -28,23 +29,24 @@ class RunQueries:
 
     def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                    max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
-                   status: str = RunStatus.QUEUED) -> Run:
+                   status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None) -> Run:
         """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
         run_id = run_id or uuid.uuid4().hex[:12]  # fixed before any try: a retried insert is the same run
         self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
-                              budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at))
+                              budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
+                              budget_usd=budget_usd))
         return self.get_run(run_id)
 
     def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None,
-                           run_id: str | None = None) -> tuple[Run, Lease]:
+                           run_id: str | None = None, budget_usd: Decimal | None = None) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
         token = new_token()
         run_id = run_id or uuid.uuid4().hex[:12]
         try:
             self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                                   budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                                  attempts=1), token=token)
+                                  attempts=1, budget_usd=budget_usd), token=token)
         except BaseException:
             forget_token(token)
             raise
@@ -59,6 +61,7 @@ class RunQueries:
         with self.write_transaction():
             owner = self._owner_values(token) if token is not None else {"updated_at": now}
             Run.insert(created_at=owner["updated_at"], **values, **owner).execute()
+            index_run_text(self, values["id"], task=values["user_msg"])  # searchable from its first commit
 
     @store_call
     def get_run(self: "Store", run_id: str) -> Run:
@@ -174,9 +177,12 @@ class RunQueries:
 
     @store_call
     def update_limits(self: "Store", run_id: str, *, budget_tokens: int | None = None, max_steps: int | None = None,
-                      compact_at: int | None = None, lease: Lease | None = None) -> None:
+                      compact_at: int | None = None, lease: Lease | None = None,
+                      budget_usd: Decimal | None = None) -> None:
         """Replace the limits given; ``None`` leaves one as it is, ``compact_at=0`` turns compaction off."""
         values: dict[str, Any] = {}
+        if budget_usd is not None:
+            values["budget_usd"] = budget_usd
         if budget_tokens is not None:
             values["budget_tokens"] = budget_tokens
         if max_steps is not None:

@@ -77,8 +77,13 @@ def _replies_as_sent(store: "Store") -> None:
                                  f"TYPE {kind}")
 
 
+def _add_budget_usd(store: "Store") -> None:
+    """Schema 6: the run's dollar budget (``--budget-usd``), durable across resumes."""
+    add_column(store, Run, Run.budget_usd)
+
+
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
-                                                    add_resumes_table, add_search_index)
+                                                    add_resumes_table, add_search_index, _add_budget_usd)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from textual import on, work
@@ -21,17 +22,19 @@ from ..agent import loop
 from ..errors import DayflowError, StoreError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
+from ..pricing import format_usd
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
 from . import bindings
 from .commands import DayflowCommands
+from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
 from .screens.help import HelpScreen
 from .screens.run_list import RunListScreen
 from .screens.search import SearchableTranscript
 from .step_buffer import StepBuffer
 
-STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "search.tcss")
+STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "search.tcss", "cost.tcss")
 # The offline model's pace in the dashboard when DAYFLOW_OFFLINE_DELAY is unset: slow enough to watch.
 WATCHABLE_DELAY_S = "0.7"
 
@@ -63,6 +66,15 @@ def renewed_limits(run: Run) -> dict[str, int]:
     return limits
 
 
+def renewed_budget_usd(run: Run, spent: Decimal | None) -> Decimal | None:
+    """A run stopped by its dollar budget resumes with another allowance of the same size (None: no change)."""
+    if run.status != "budget" or run.budget_usd is None or spent is None:
+        return None
+    if not (run.error or "").startswith("dollar budget"):
+        return None
+    return spent + run.budget_usd
+
+
 class DayflowApp(App):
     """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
 
@@ -80,6 +92,9 @@ class DayflowApp(App):
         store.retry_for = 0.5  # polls run on a timer: fail fast and try again next tick
         self.sub_title = store.short_label
         self.reconnecting = False
+        self.pricing: str | None = None  # a run whose resume waits for its price (then maybe a confirm)
+        self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
+        self._resuming: set[str] = set()
 
     def on_mount(self) -> None:
         self.push_screen(RunListScreen())
@@ -127,15 +142,71 @@ class DayflowApp(App):
     def is_driving(self) -> bool:
         return self.drive_worker is not None and not self.drive_worker.is_finished
 
-    def resume_run(self, run_id: str) -> None:
+    def resume_run(self, run_id: str, *, ask: bool = False) -> None:
+        """Resume ``run_id`` once its next call is priced: at once, or after a confirm step.
+
+        The confirm step (``ResumeDialog``) comes when the next call likely costs
+        more than the settings' ``resume_confirm_usd``, or when asked (``B``); it
+        shows the price and sets the run's dollar budget.
+        """
+        run = self._resumable(run_id, pricing_too=True)
+        if run is not None:
+            self.pricing = run.id
+            self._price_resume(run.id, ask)
+
+    def _resumable(self, run_id: str, *, pricing_too: bool = False) -> Run | None:
+        """The run, when a resume from here may start now; else None, and the user is told why."""
         try:
             run = self.store.get_run(run_id)
         except DayflowError as exc:
             self.report_error(exc)
-            return
+            return None
         blocker = self.resume_blocker(run)
+        if blocker is None and pricing_too and self.pricing is not None:
+            blocker = f"the resume of run {self.pricing} is being priced"
         if blocker:
             self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
+            return None
+        return run
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="price-resume")
+    def _price_resume(self, run_id: str, ask: bool) -> None:
+        from ..agent.resume_price import resume_estimate
+
+        try:
+            estimate, error = resume_estimate(self.store, run_id), None
+        except Exception as exc:  # priced or not, the resume itself reports what is wrong
+            estimate, error = None, redacted_line(exc, 200)
+        finally:
+            self.store.close_thread_connection()
+        self.post_message(ResumePriced(run_id, estimate, error, then_resume=True, ask=ask))
+
+    @on(ResumePriced)
+    def _resume_priced(self, message: ResumePriced) -> None:
+        if not message.then_resume:
+            return
+        self.pricing = None
+        from .. import settings
+
+        threshold = settings.current().resume_confirm_usd
+        if not (message.ask or needs_confirm(message.estimate, threshold)):
+            self._start_resume(message.run_id, None)
+            return
+        likely = message.estimate.call.likely_cost if message.estimate is not None else None
+        reason = ("Set the run's dollar budget, then resume." if message.ask else
+                  f"The next call likely costs {format_usd(likely)}, above the "
+                  f"{format_usd(threshold)} asked about in settings (resume_confirm_usd).")
+        budget = message.estimate.budget_usd if message.estimate is not None else None
+
+        def decided(answer: tuple[bool, Decimal | None] | None) -> None:
+            if answer and answer[0]:
+                self._start_resume(message.run_id, answer[1])
+
+        self.push_screen(ResumeDialog(message.run_id, message.estimate, budget, reason=reason), decided)
+
+    def _start_resume(self, run_id: str, budget_usd: Decimal | None) -> None:
+        run = self._resumable(run_id)
+        if run is None:
             return
         limits = renewed_limits(run)
         if limits:
@@ -143,7 +214,8 @@ class DayflowApp(App):
                        f"{run.budget_tokens:,} more tokens" if "budget_tokens" in limits else ""]
             self.notify(f"Run {run.id} continues with {' and '.join(g for g in granted if g)}.", title="Budget")
         self.driving = run.id
-        self.drive_worker = self._drive(run.id)
+        self._resuming.add(run.id)
+        self.drive_worker = self._drive(run.id, budget_usd)
 
     def action_new_run(self) -> None:
         if self.is_driving:
@@ -153,7 +225,7 @@ class DayflowApp(App):
         self.drive_worker = self._drive(None)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="drive", name="drive")
-    def _drive(self, run_id: str | None) -> None:
+    def _drive(self, run_id: str | None, budget_usd: Decimal | None = None) -> None:
         """Run the loop on this thread; report through messages; never touch widgets."""
         worker = get_current_worker()
         buffer = StepBuffer(self.post_message)
@@ -175,7 +247,16 @@ class DayflowApp(App):
             else:
                 run = self.store.get_run(run_id)
                 client = self.client_factory(run.model) if self.client_factory else None
-                result = loop.resume(run.id, store=self.store, client=client, **renewed_limits(run), **options)
+                if budget_usd is None:
+                    from ..costs import run_cost
+
+                    budget_usd = renewed_budget_usd(run, run_cost(self.store, run.id).total)
+                    if budget_usd is not None:
+                        self.call_from_thread(self.notify, f"Run {run.id} continues with another "
+                                              f"{format_usd(run.budget_usd)}: budget {format_usd(budget_usd)}.",
+                                              title="Budget")
+                result = loop.resume(run.id, store=self.store, client=client, budget_usd=budget_usd,
+                                     **renewed_limits(run), **options)
             buffer.flush()
             self.post_message(RunFinished(result))
         except Exception as exc:  # DayflowError (API, budget, busy) or a bug: either way the run stays resumable
@@ -209,8 +290,16 @@ class DayflowApp(App):
     def _run_finished(self, message: RunFinished) -> None:
         result = message.result
         self.driving = None
+        saved = ""
+        if result.run_id in self._resuming:
+            self._resuming.discard(result.run_id)
+            self.resumed[result.run_id] = result
+            saved = f" This resume paid {format_usd(result.paid)}"
+            if result.replayed_steps:
+                saved += f"; the committed steps ({format_usd(result.replayed_cost)}) were not paid again"
+            saved += "."
         if result.status == "done":
-            self.notify(f"Run {result.run_id} is done after {result.steps} steps.", title="Done")
+            self.notify(f"Run {result.run_id} is done after {result.steps} steps.{saved}", title="Done")
         elif result.status == "running":
             self.notify(f"Run {result.run_id} stopped between steps; resume it any time.", severity="warning")
         else:
@@ -222,6 +311,7 @@ class DayflowApp(App):
     def _run_failed(self, message: RunFailed) -> None:
         self.driving = None
         where = f"Run {message.run_id}" if message.run_id else "The run"
+        self._resuming.discard(message.run_id)
         self.notify(f"{where} stopped: {printable(one_line(message.error, 300))}. It can be resumed.",
                     title="Run failed", severity="error", timeout=10)
         self._fan_out(message.run_id)

@@ -12,6 +12,8 @@ APP = [
 
 RUN_LIST = [
     Binding("r", "resume", "Resume", id="resume", tooltip="Resume an interrupted, failed or budget-stopped run"),
+    Binding("B", "resume_with_budget", "Resume with budget", show=False, id="resume-with-budget",
+            tooltip="See what resuming will cost and set the run's dollar budget first"),
     Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
@@ -29,6 +31,10 @@ TRANSCRIPT = [
     Binding("x", "next_request", "Next request", id="next-request",
             tooltip="The exact messages the next model call would send"),
     Binding("r", "resume", "Resume", id="resume", tooltip="Resume this run where it stopped (also the button)"),
+    Binding("B", "resume_with_budget", "Resume with budget", show=False, id="resume-with-budget",
+            tooltip="See what resuming will cost and set the run's dollar budget first"),
+    Binding("dollar_sign", "chart_units", "Tokens/$", key_display="$", show=False, id="chart-units",
+            tooltip="Switch the sparkline between tokens and dollars per step"),
 ]
 
 # The search screen (``/`` on the run list) and the keys a transcript gains for searching.

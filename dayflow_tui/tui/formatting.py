@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .. import clock
+from ..agent.estimate import duration
 
 # effective status -> (glyph, word). The word makes the status readable without colour.
 STATUS_LOOK: dict[str, tuple[str, str]] = {
@@ -69,8 +70,4 @@ def seconds(value: float | None) -> str:
         return "—"
     if value < 10:
         return f"{value:.1f}s"
-    if value < 60:
-        return f"{value:.0f}s"
-    if value < 3600:
-        return f"{int(value // 60)}m {int(value % 60):02d}s"
-    return f"{int(value // 3600)}h {int(value % 3600 // 60):02d}m"
+    return duration(value)

@@ -12,6 +12,7 @@ from textual.widgets import Footer, Header, Static
 
 from ...safe_text import printable
 from .. import bindings, formatting
+from ..cost_view import SpendPanel
 from ..widgets.run_table import RunFilter, RunTable, header_text
 
 POLL_EVERY_S = 0.5
@@ -20,7 +21,7 @@ FILTERS = (None, *formatting.STATUS_ORDER)
 
 class RunListScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.RUN_LIST
-    DYNAMIC_ACTIONS = ("resume", "open")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "open")
 
     def __init__(self) -> None:
         super().__init__(id="run-list")
@@ -37,6 +38,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         yield Static(id="table-header")
         yield RunTable(self.store, id="runs")
         yield Static(id="empty")
+        yield SpendPanel(id="spend")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -86,6 +88,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self.app.connection_ok()
         if changed:
             self._show_state()
+            self.query_one(SpendPanel).refresh_totals()
         else:
             self.sync_bindings()
 
@@ -107,7 +110,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self.sync_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "resume":
+        if action in ("resume", "resume_with_budget"):
             run = self.table.current if self.is_mounted else None
             return None if run is None or self.app.resume_blocker(run) else True
         if action == "open":
@@ -121,6 +124,10 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     def action_resume(self) -> None:
         if self.table.current is not None:
             self.app.resume_run(self.table.current.id)
+
+    def action_resume_with_budget(self) -> None:
+        if self.table.current is not None:
+            self.app.resume_run(self.table.current.id, ask=True)
 
     def action_cycle_filter(self) -> None:
         position = FILTERS.index(self.run_filter.status)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -21,10 +21,14 @@ from textual.widgets.option_list import Option
 from ...agent import loop
 from ...errors import DayflowError
 from ...store.models import Run
+from ...redaction import redacted_line
 from ...safe_text import one_line, printable
 from ...store import effective_status
 from ...agent.transcript import StepView, build_steps
+from ...costs import budget_text
+from ...pricing import Cost, format_usd
 from .. import bindings, formatting
+from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
 
 POLL_EVERY_S = 0.5
@@ -32,14 +36,16 @@ BRIEF = "brief"
 MODES = ("detail", "raw", "request")
 
 
-def step_prompt(view: StepView) -> Content:
+def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
+    """One line of the step list: tokens of the step, or its dollars (the sparkline's unit, ``$``)."""
     calls = len(view.calls)
     errors = sum(1 for call in view.calls if call.is_error)
     tools = f"{calls} tool{'s' if calls != 1 else ''}" if calls else ""
+    size = format_usd(view.cost, unknown="?") if dollars else formatting.tokens(view.input_tokens + view.output_tokens)
     return Content.assemble(
         (f"{view.n:>3} ", "bold"),
         (printable(view.stop_reason or "—")[:10].ljust(10), "green" if view.stop_reason == "end_turn" else ""),
-        f"{formatting.tokens(view.input_tokens + view.output_tokens):>8} ",
+        f"{size:>8} ",
         (tools.ljust(8), ""),
         (" ✖" if errors or view.problem else "", "bold red"),
     )
@@ -47,7 +53,7 @@ def step_prompt(view: StepView) -> Content:
 
 class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
-    DYNAMIC_ACTIONS = ("resume",)
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget")
 
     def __init__(self, run_id: str) -> None:
         super().__init__(classes="transcript")
@@ -60,6 +66,9 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self._marker: tuple | None = None
         self._shown: tuple | None = None
         self._detail_shown: tuple | None = None
+        self.chart_dollars = False  # the sparkline: tokens per step, or dollars per step ($)
+        self.priced: ResumePriced | None = None  # the last price of the next call
+        self._priced_for: tuple | None = None
 
     @property
     def store(self):
@@ -70,6 +79,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         with Horizontal(id="run-bar"):
             yield Static(id="run-summary")
             yield Button("Resume", id="resume-button", variant="primary")
+        yield Static(id="resume-estimate")
+        yield Static(id="saved")
         yield Static(id="task")
         yield Static(id="live")
         with Horizontal(id="body"):
@@ -117,7 +128,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self.run = run
         if changed_steps:
             self.rows = rows
-            self.views = build_steps(rows)
+            self.views = build_steps(rows, run.model)
         self._redraw(steps_changed=changed_steps)
 
     def _redraw(self, *, steps_changed: bool) -> None:
@@ -127,6 +138,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self.query_one("#task", Static).update(Content.assemble(("Task  ", "bold"), printable(run.user_msg)))
         self._draw_resume_button()
         self._draw_live()
+        self._draw_saved()
+        self._price_if_changed()
         if steps_changed or self._brief_changed():
             self._draw_step_list()
 
@@ -138,9 +151,21 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
             f"  ·  {run.step_count} step{'s' if run.step_count != 1 else ''}",
             f"  ·  {formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out",
+            *self._money_parts(),
             "  ·  ", printable(run.model), f"  ·  {formatting.started(run.created_at)}",
         )
         self.query_one("#run-summary", Static).update(summary)
+
+    def _money_parts(self) -> list:
+        """The run's dollars (the sum of its steps), cache hit rate, and spent / budget."""
+        run = self.run
+        spent = self.views[-1].cum_cost if self.views else Cost()  # None: a step without a price
+        parts: list = [("  ·  " + format_usd(spent), "bold")]
+        if run.input_tokens:
+            parts.append(f"  ·  cache {run.cache_read_tokens / run.input_tokens:.0%}")
+        if run.budget_usd is not None:
+            parts.append(f"  ·  budget {budget_text(run.budget_usd, spent.total if spent is not None else None)}")
+        return parts
 
     def _brief_changed(self) -> bool:
         run = self.run
@@ -159,7 +184,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         live = self.run is not None and effective_status(self.run) in ("running", "queued")
         was_at_end = (live or old_count > 0) and (option_list.highlighted is None
                                                   or option_list.highlighted >= old_count - 1)
-        options = [Option(step_prompt(view), id=f"step-{view.n}") for view in self.views]
+        options = [Option(step_prompt(view, dollars=self.chart_dollars), id=f"step-{view.n}") for view in self.views]
         run = self.run
         if run is not None and run.final_text:
             options.append(Option(Content.styled("    brief", "bold green"), id=BRIEF))
@@ -173,8 +198,83 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 target = len(options) - 1 if was_at_end else (highlighted or 0)
                 option_list.highlighted = min(target, len(options) - 1)
         self._brief_changed()
-        self.query_one("#token-chart", Sparkline).data = [v.input_tokens + v.output_tokens for v in self.views]
+        self._draw_chart()
         self._show_selected()
+
+    def _draw_chart(self) -> None:
+        if self.chart_dollars:
+            data = [float(v.cost.total) if v.cost is not None else 0.0 for v in self.views]
+            title = "dollars per step ($: tokens)"
+        else:
+            data = [v.input_tokens + v.output_tokens for v in self.views]
+            title = "tokens per step ($: dollars)"
+        self.query_one("#chart-title", Static).update(Content.styled(title, "dim"))
+        self.query_one("#token-chart", Sparkline).data = data
+
+    def action_chart_units(self) -> None:
+        self.chart_dollars = not self.chart_dollars
+        self._draw_step_list()
+
+    # -- what a resume will cost ---------------------------------------------
+
+    def _price_if_changed(self) -> None:
+        """Price the next call again when the run moved (a new step, a new status)."""
+        run = self.run
+        if run is None or self.app.resume_blocker(run) is not None:
+            self.query_one("#resume-estimate", Static).display = False
+            self._priced_for = None
+            return
+        key = (run.step_count, run.status, run.updated_at)
+        if key != self._priced_for:
+            self._priced_for = key
+            self.price_next()
+        else:
+            self._draw_estimate()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="price")
+    def price_next(self) -> None:
+        from ...agent.resume_price import resume_estimate
+
+        store = self.store
+        try:
+            self.post_message(ResumePriced(self.run_id, resume_estimate(store, self.run_id)))
+        except Exception as exc:  # the line says why; the screen goes on
+            self.post_message(ResumePriced(self.run_id, None, redacted_line(exc, 200)))
+        finally:
+            store.close_thread_connection()
+
+    @on(ResumePriced)
+    def _priced(self, message: ResumePriced) -> None:
+        if message.run_id == self.run_id:
+            self.priced = message
+            self._draw_estimate()
+
+    def _draw_estimate(self) -> None:
+        line = self.query_one("#resume-estimate", Static)
+        priced = self.priced
+        # Only for a run a resume from here could continue: not done, not moving under a driver.
+        if priced is None or self.run is None or self.app.resume_blocker(self.run) is not None:
+            line.display = False
+            return
+        estimate = aged(priced.estimate, priced.at) if priced.estimate is not None else None
+        line.update(estimate_line(estimate, priced.error))
+        line.display = True
+
+    def _draw_saved(self) -> None:
+        """After a resume from here: what it paid, and what it did not pay again."""
+        line = self.query_one("#saved", Static)
+        result = self.app.resumed.get(self.run_id)
+        if result is None or self.app.driving == self.run_id:
+            line.display = False
+            return
+        text = (f"Resumed here: paid {format_usd(result.paid)} for {result.calls} call"
+                f"{'s' if result.calls != 1 else ''}")
+        if result.replayed_steps:
+            many = result.replayed_steps != 1
+            text += (f"; the {result.replayed_steps} committed step{'s' if many else ''} "
+                     f"({format_usd(result.replayed_cost)}) {'were' if many else 'was'} not paid again")
+        line.update(Content.styled(text, "$text-success"))
+        line.display = True
 
     def _draw_resume_button(self) -> None:
         button = self.query_one("#resume-button", Button)
@@ -215,6 +315,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 self._draw_summary()
                 self._draw_resume_button()
                 self._draw_live()
+                self._draw_estimate()
         except DayflowError as exc:
             self.app.report_error(exc)
         else:
@@ -307,7 +408,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     # -- actions -------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "resume":
+        if action in ("resume", "resume_with_budget"):
             return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
         return True
 
@@ -344,6 +445,10 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
 
     def action_resume(self) -> None:
         self.app.resume_run(self.run_id)
+        self._draw_resume_button()
+
+    def action_resume_with_budget(self) -> None:
+        self.app.resume_run(self.run_id, ask=True)
         self._draw_resume_button()
 
     @on(Button.Pressed, "#resume-button")

@@ -20,6 +20,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ...costs import NO_CALLS, RunCost, run_costs
+from ...pricing import format_usd
 from ...store.models import Run
 from ...safe_text import one_line
 from ...store import Store, effective_status
@@ -34,7 +36,8 @@ LIVENESS_LIMIT = 10_000
 
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
-           ("tokens in/out", 17, True), ("model", 12, False), ("activity", 8, True), ("task / error", 0, False))
+           ("tokens in/out", 17, True), ("cost", 8, True), ("model", 12, False), ("activity", 8, True),
+           ("task / error", 0, False))
 
 
 def _cells(values: list[tuple[str, str]], width: int) -> Text:
@@ -128,6 +131,7 @@ class RunTable(ScrollView, can_focus=True):
         self.page = page
         self.filter = RunFilter()
         self.rows: list[Run] = []
+        self.costs: dict[str, RunCost] = {}  # by run id, read with the rows (costs.run_costs)
         self.total = 0
         self._positions: dict[str, int] = {}
         self._exhausted = False
@@ -147,6 +151,7 @@ class RunTable(ScrollView, can_focus=True):
                                               search=self.filter.search)
             self.rows = [run for run in candidates if self.filter.matches(run)]
             self.total, self._exhausted = len(self.rows), True
+            self._read_costs(self.rows)
         else:
             self.total = self.store.count_runs(status=self.filter.stored(), search=self.filter.search)
             self._load_until(self.page - 1)
@@ -166,12 +171,18 @@ class RunTable(ScrollView, can_focus=True):
                                          search=self.filter.search)
             start = len(self.rows)
             self.rows.extend(batch)
+            self._read_costs(batch)
             for offset, run in enumerate(batch):
                 self._positions[run.id] = start + offset
                 self._last_seen = max(self._last_seen, run.updated_at)
             if len(batch) < want:
                 self._exhausted = True
                 self.total = len(self.rows)
+
+    def _read_costs(self, runs: list[Run]) -> None:
+        """The dollars of these rows: one aggregate query over their steps."""
+        if runs:
+            self.costs.update(run_costs(self.store, [run.id for run in runs]))
 
     def _reindex(self) -> None:
         self._positions = {run.id: i for i, run in enumerate(self.rows)}
@@ -209,6 +220,7 @@ class RunTable(ScrollView, can_focus=True):
             return True
         keep = self.current.id if self.current else None
         inserted = 0
+        self._read_costs(changed)
         for run in changed:
             self._last_seen = max(self._last_seen, run.updated_at)
             position = self._positions.get(run.id)
@@ -270,6 +282,7 @@ class RunTable(ScrollView, can_focus=True):
             (formatting.started(run.created_at)[5:16], dim),
             (str(run.step_count), ""),
             (f"{formatting.tokens(run.input_tokens)}/{formatting.tokens(run.output_tokens)}", ""),
+            (format_usd(self.costs.get(run.id, NO_CALLS).total, unknown="unknown"), ""),
             (one_line(run.model, 40), dim),
             (formatting.ago(run.updated_at), dim),
             (one_line(note or "", 200), dim if run.status == "done" else status_style),

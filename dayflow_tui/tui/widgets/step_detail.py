@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Collapsible, Markdown, Rule, Static
 
+from ...pricing import format_usd
 from ...store.models import Run
 from ...safe_text import printable
 from ...agent.transcript import StepView, ToolCall
@@ -26,7 +27,8 @@ def step_heading(view: StepView) -> Content:
     stop_style = "bold green" if view.stop_reason == "end_turn" else "bold"
     parts: list = [(f"Step {view.n}", "bold"), "  stop ", (printable(view.stop_reason or "—"), stop_style),
                    f"  ·  {formatting.tokens(view.input_tokens)} in / {formatting.tokens(view.output_tokens)} out",
-                   f"  ·  cumulative {formatting.tokens(view.cum_input)} / {formatting.tokens(view.cum_output)}"]
+                   f"  ·  cumulative {formatting.tokens(view.cum_input)} / {formatting.tokens(view.cum_output)}",
+                   f"  ·  {format_usd(view.cost)}, run {format_usd(view.cum_cost)}"]
     parts.append(f"  ·  +{formatting.seconds(view.seconds_since_previous)} after previous"
                  if view.seconds_since_previous is not None else "  ·  first step")
     return Content.assemble(*parts)
