@@ -24,7 +24,7 @@ from dayflow_tui.store.status import RunStatus
 
 from .conftest import CountingClient, dayflow_cmd
 from .reliability_helpers import call_count, checkpointed, cli_env
-from .travel_helpers import TABLES, dayflow, new_run, one_error_line, rows
+from .travel_helpers import TABLES, dayflow, new_run, one_error_line, rows, search_index_is_whole
 
 
 def _old_and_new_runs(target: str, monkeypatch) -> dict[str, str]:
@@ -125,6 +125,10 @@ def test_dry_run_shows_what_prune_then_removes_and_nothing_else(db_target, monke
     assert [{**t, "run_id": None} for t in after["tasks"]] == [{**t, "run_id": None} for t in before["tasks"]]
     assert all(t["run_id"] is None for t in after["tasks"]
                if any(b["id"] == t["id"] and b["run_id"] in gone for b in before["tasks"]))
+
+    # The search index forgot the removed runs in the same transaction (it equals a rebuild from the rows).
+    hits = search_index_is_whole(db_target, "inbox")
+    assert hits and not {run for run, _step, _where in hits} & gone
 
     again = dayflow("prune", "--older-than", "30d", "--status", "done,failed", db=db_target)
     assert again.returncode == 0 and "nothing to prune" in again.stderr

@@ -23,6 +23,7 @@ from .travel_helpers import (
     one_error_line,
     rows,
     run_rows,
+    search_index_is_whole,
     three_kinds_of_run,
 )
 
@@ -51,6 +52,9 @@ def test_round_trip_keeps_every_column_of_every_row(db_target, target_kind, tmp_
         assert imported.returncode == 0, imported.stderr
         assert sorted(imported.stdout.split()) == sorted(" ".join(f"imported run {i}" for i in ids).split())
         assert run_rows(target, ids) == before
+        # The imported runs are searchable there, as if they had run there (the index equals a rebuild).
+        hits = search_index_is_whole(target, "inbox")
+        assert {run for run, _step, _where in hits} == ids
         # The target's own tasks still work: ids go on after the imported ones (PostgreSQL's sequence too).
         store = open_store(target)
         try:

@@ -4,6 +4,7 @@ by plain SQL (not through the code under test)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -165,3 +166,32 @@ def killed_after_two_steps(db: Path, env: dict[str, str]) -> str:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def searched(target: str, *words: str) -> list[tuple]:
+    """``dayflow search WORDS --json``: (run, step, where) of each hit, in order."""
+    found = dayflow("search", *words, "--json", "--limit", "500", db=target)
+    assert found.returncode == 0, found.stderr
+    return [(hit["run_id"], hit["step"], hit["where"]) for hit in json.loads(found.stdout)]
+
+
+def search_index_is_whole(target: str, *words: str) -> list[tuple]:
+    """The hits for ``words``, checked equal to the hits after the index is rebuilt from the rows.
+
+    Compared as sorted lists: hits at the same moment (a pinned clock) may come in either order.
+    """
+    before = sorted(searched(target, *words))
+    if "://" not in target:  # SQLite's FTS5 table keeps only words: a removed run must take its own out
+        conn = sqlite3.connect(target)
+        try:
+            docs = {row[0] for row in conn.execute("SELECT id FROM search_docs")}
+            for word in words:
+                matched = {row[0] for row in conn.execute("SELECT rowid FROM search_fts WHERE search_fts MATCH ?",
+                                                          (word,))}
+                assert matched and matched <= docs, matched - docs  # no word left behind by a removed row
+        finally:
+            conn.close()
+    rebuilt = dayflow("search", "--reindex", db=target)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert sorted(searched(target, *words)) == before
+    return before

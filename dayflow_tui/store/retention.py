@@ -30,6 +30,7 @@ from peewee import fn
 from ..errors import UsageError
 from .models import Run, RunResume, Step, Task
 from .retry import store_call
+from .search import unindex_runs
 from .status import RunStatus
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
                     report.changed.append(run_id)
             if not gone:
                 continue
+            unindex_runs(store, gone)  # the search index forgets them in the same transaction
             report.steps += Step.delete().where(Step.run.in_(gone)).execute()
             report.resumes += RunResume.delete().where(RunResume.run.in_(gone)).execute()
             report.tasks_unlinked += Task.update(run=None).where(Task.run.in_(gone)).execute()

@@ -256,33 +256,10 @@ def _fill(store: "Store", progress: "Progress") -> int:
         written += _write_docs(store, batch)
         batch.clear()
 
-    runs = db.execute_sql('SELECT id, user_msg, final_text, error, step_count FROM "runs" '
-                          "ORDER BY created_at, id").fetchall()
+    runs = db.execute_sql(f'SELECT {_RUN_COLUMNS} FROM "runs" ORDER BY created_at, id').fetchall()
     for chunk in _chunks(runs, 200):
-        marks = ", ".join([db.param] * len(chunk))
-        stored: dict[str, list[tuple]] = {}
-        for run_id, n, assistant_json, results_json in db.execute_sql(
-                f'SELECT run_id, n, assistant, tool_results FROM "steps" WHERE run_id IN ({marks})',
-                [run[0] for run in chunk]):
-            stored.setdefault(run_id, []).append((n, assistant_json, results_json))
-        for run_id, user_msg, final_text, error, step_count in chunk:
-            batch.append((run_id, 0, PART_TASK, None, {TASK: [Place(TASK, user_msg or "")]}))
-            steps = sorted(stored.get(run_id, ()))
-            final_indexed = False
-            for n, assistant_json, results_json in steps:
-                assistant = _blocks(assistant_json)
-                final_turn = n == steps[-1][0] and is_final_turn(assistant, final_text)
-                final_indexed = final_indexed or final_turn
-                part = PART_FINAL_TURN if final_turn else PART_TURN
-                batch.append((run_id, n, part, None, _by_column(turn_places(assistant, final=final_turn))))
-                if results_json is not None:
-                    batch.append((run_id, n, PART_RESULTS, None,
-                                  _by_column(result_places(_blocks(results_json), tool_names(assistant)))))
-                progress.advance()
-            if final_text and not final_indexed:
-                batch.append((run_id, step_count, PART_FINAL, final_text, {FINAL: [Place(FINAL, final_text)]}))
-            if error:
-                batch.append((run_id, step_count, PART_ERROR, error, {ERROR: [Place(ERROR, error)]}))
+        for doc in _run_docs(store, chunk, on_step=progress.advance):
+            batch.append(doc)
             if len(batch) >= _FILL_BATCH:
                 flush()
     flush()
@@ -293,6 +270,53 @@ def _fill(store: "Store", progress: "Progress") -> int:
         db.execute_sql(f"INSERT INTO \"{FTS}\"(\"{FTS}\") VALUES ('optimize')")
     progress.finish()
     return written
+
+
+_RUN_COLUMNS = "id, user_msg, final_text, error, step_count"
+
+
+def _run_docs(store: "Store", runs: Sequence[tuple], *, on_step: Callable[[], None] = lambda: None
+              ) -> Iterator[tuple[str, int, int, str | None, dict[str, list[Place]]]]:
+    """The index rows of ``runs`` (``_RUN_COLUMNS`` rows), built from their stored steps."""
+    db = store.db
+    marks = ", ".join([db.param] * len(runs))
+    stored: dict[str, list[tuple]] = {}
+    for run_id, n, assistant_json, results_json in db.execute_sql(
+            f'SELECT run_id, n, assistant, tool_results FROM "steps" WHERE run_id IN ({marks})',
+            [run[0] for run in runs]):
+        stored.setdefault(run_id, []).append((n, assistant_json, results_json))
+    for run_id, user_msg, final_text, error, step_count in runs:
+        yield (run_id, 0, PART_TASK, None, {TASK: [Place(TASK, user_msg or "")]})
+        steps = sorted(stored.get(run_id, ()))
+        final_indexed = False
+        for n, assistant_json, results_json in steps:
+            assistant = _blocks(assistant_json)
+            final_turn = n == steps[-1][0] and is_final_turn(assistant, final_text)
+            final_indexed = final_indexed or final_turn
+            part = PART_FINAL_TURN if final_turn else PART_TURN
+            yield (run_id, n, part, None, _by_column(turn_places(assistant, final=final_turn)))
+            if results_json is not None:
+                yield (run_id, n, PART_RESULTS, None,
+                       _by_column(result_places(_blocks(results_json), tool_names(assistant))))
+            on_step()
+        if final_text and not final_indexed:
+            yield (run_id, step_count, PART_FINAL, final_text, {FINAL: [Place(FINAL, final_text)]})
+        if error:
+            yield (run_id, step_count, PART_ERROR, error, {ERROR: [Place(ERROR, error)]})
+
+
+def index_runs(store: "Store", run_ids: Sequence[str]) -> None:
+    """Index whole runs written around the commit paths (``dayflow import``), inside the caller's transaction."""
+    state = index_state(store)
+    if state.kind is None:
+        for run_id in run_ids[:1]:
+            _note_unindexed(store, state, run_id, 0)
+        return
+    db = store.db
+    for chunk in _chunks(list(run_ids), 200):
+        marks = ", ".join([db.param] * len(chunk))
+        runs = db.execute_sql(f'SELECT {_RUN_COLUMNS} FROM "runs" WHERE id IN ({marks})', list(chunk)).fetchall()
+        _write_docs(store, list(_run_docs(store, runs)))
 
 
 def _blocks(raw: str | None) -> list:

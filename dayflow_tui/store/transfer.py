@@ -42,6 +42,7 @@ from ..errors import StoreError, UsageError
 from .models import Run, RunResume, Step, Task
 from .retry import store_call
 from .schema import SCHEMA_VERSION
+from .search import index_runs
 from .status import STORED
 from .steps import _insert_statement
 
@@ -456,6 +457,8 @@ def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) ->
         if store.is_postgres:
             _reset_sequence(store, Task)
             _reset_sequence(store, RunResume)
+        # Written around the commit paths, so indexed here, in the same transaction, as they would have been.
+        index_runs(store, [new for _old, new in report.runs])
     return report
 
 
