@@ -74,12 +74,13 @@ async def test_search_as_you_type_then_the_match_then_back_where_you_were(store)
                                                       "run-failed-01", "run-budget-01", "run-done-0001"]
             assert prompts[1].startswith("run-queued-01  … queued  1 hit  task\n    Read my inbox, calendar")
             assert prompts[2].startswith("run-crash-001  ⚠ interrupted  3 hits  step 1 · tool result · read_inbox")
-            # Typed in one burst: one search, on a worker thread, never on the UI thread.
-            assert spy.calls == [("calend", False)]
+            # Typed in one burst: one search (and one for runs whose id starts so), on a worker thread, never
+            # on the UI thread.
+            assert spy.calls == [("calend", False), ("run:calend in:task", False)]
 
             await pilot.press(*["backspace"] * 6)
             await type_text(pilot, "priya")
-            await wait_for(pilot, lambda: searched(app) and spy.calls[-1][0] == "priya")
+            await wait_for(pilot, lambda: searched(app) and ("priya", False) in spy.calls)
             assert all(not on_ui for _words, on_ui in spy.calls)
             assert [p.split()[0] for p in options_text(results)] == ["run-crash-001", "run-failed-01",
                                                                     "run-budget-01", "run-done-0001"]

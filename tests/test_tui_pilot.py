@@ -19,6 +19,7 @@ from dayflow_tui.agent import loop
 from dayflow_tui.store import effective_status, open_store, owner_alive
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
+from dayflow_tui.tui.screens.search import SearchScreen
 from dayflow_tui.tui.screens.transcript import TranscriptScreen
 from dayflow_tui.tui.widgets.run_table import RunTable
 
@@ -344,11 +345,14 @@ async def test_run_list_pages_by_keyset_and_filters(store):
         assert len(set(ids)) == 451 and ids[0] == "run-failed-01" and ids[-1] == "bulk-0000000"
         await pilot.press("f", "f", "f", "f")  # all -> done -> running -> interrupted -> failed
         assert table.filter.status == "failed" and table.total == 1
-        await pilot.press("escape", "slash")
-        await pilot.press(*"bulk run 44", "enter")
-        assert table.total == 11  # "bulk run 44" and "bulk run 440".."449"
         await pilot.press("escape")
         assert table.total == 451
+        await pilot.press("slash")  # the search (tests/test_search_tui.py): words, not a substring
+        await pilot.press(*"bulk run 44")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen) and app.screen.results)
+        assert [run.run_id for run in app.screen.results] == ["bulk-0000044"]
+        await pilot.press("escape")
+        assert _table(app) is table and table.total == 451
 
 
 def test_bad_database_is_one_line_and_nonzero_exit(tmp_path):
