@@ -124,7 +124,7 @@ def _rows(workload: Workload, runs: int) -> Iterator[tuple[tuple, list[tuple]]]:
 
 
 _RUN_COLUMNS = "id, user_msg, status, final_text, step_count, created_at, updated_at, model, max_steps, " \
-               "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens"
+               "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, attempts"
 _STEP_COLUMNS = "run_id, n, stop_reason, assistant, tool_results, input_tokens, output_tokens, created_at, " \
                 "cache_creation_input_tokens, cache_read_input_tokens"
 
@@ -150,7 +150,7 @@ def build(store, runs: int, say: Callable[[str], None]) -> dict:
             with raw.cursor() as cur:
                 with cur.copy(f"COPY runs ({_RUN_COLUMNS}) FROM STDIN") as copy:
                     for row in batch_runs:
-                        copy.write_row((*row, "offline", 12, 0, 0, 0, 0))
+                        copy.write_row((*row, "offline", 12, 0, 0, 0, 0, 0))
                 with cur.copy(f"COPY steps ({_STEP_COLUMNS}) FROM STDIN") as copy:
                     for row in batch_steps:
                         copy.write_row((*row, 0, 0))
@@ -163,8 +163,8 @@ def build(store, runs: int, say: Callable[[str], None]) -> dict:
         def flush() -> None:
             with store.write_transaction():
                 cursor = db.cursor()
-                cursor.executemany(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['?'] * 13)})",
-                                   [(*row, "offline", 12, 0, 0, 0, 0) for row in batch_runs])
+                cursor.executemany(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['?'] * 14)})",
+                                   [(*row, "offline", 12, 0, 0, 0, 0, 0) for row in batch_runs])
                 cursor.executemany(f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES ({', '.join(['?'] * 10)})",
                                    [(*row, 0, 0) for row in batch_steps])
             batch_runs.clear()
