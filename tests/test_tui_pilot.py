@@ -253,10 +253,11 @@ async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_ta
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
             # No commit happens when a process is killed: the dashboard notices the dead owner by itself.
-            await wait_for(pilot, lambda: not button.disabled)
+            await wait_for(pilot, lambda: not button.disabled, timeout=90)  # generous: loaded CI machines
             committed = store.get_run(run_id).step_count
             await pilot.press("r")
-            await wait_for(pilot, lambda: not app.is_driving and store.get_run(run_id).status == "done")
+            await wait_for(pilot, lambda: not app.is_driving and store.get_run(run_id).status == "done",
+                           timeout=90)
         assert client.calls == OFFLINE_STEPS - committed
     finally:
         if proc.poll() is None:
