@@ -334,12 +334,7 @@ def test_a_reply_that_cannot_be_committed_in_the_window_is_spooled_and_resumed_w
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", [
-    "outage",
-    pytest.param("stall", marks=pytest.mark.xfail(strict=True, reason=(
-        "a stalled connection (a frozen server) has no deadline: the commit blocks in recv for the whole "
-        "stall, the retry window never starts, the process neither spools nor exits"))),
-])
+@pytest.mark.parametrize("fault", ["outage", "stall"])
 def test_the_process_exits_soon_after_the_window_naming_the_spool_file(pg_url, pg_proxy, tmp_path, fault):
     """The promise (#10 item 2): once the commit window (2 s here) has passed, the process exits with
     one line naming the spool file (exit 75, nothing lost), a few seconds later at most."""
@@ -421,5 +416,52 @@ async def test_a_stalled_database_never_freezes_the_dashboard(pg_url, pg_proxy):
             assert table.filter.status != before
             assert took < 2.5, f"the screen answered a key {took:.1f} s late while the database was stalled"
             pg_proxy.end_stall()
+    finally:
+        store.close()
+
+
+# -- a stalled server: every try has a deadline --------------------------------------------------------------
+
+
+def test_a_store_call_on_a_stalled_server_ends_with_one_line_after_its_window(pg_url, pg_proxy):
+    """Every byte held for 30 s, a reading call with a 2 s window: the try's socket is cut at the window's end
+    (no reconnect can be answered either), and the caller gets one readable error seconds later, not after
+    the stall; once the stall is over the same store answers again on a fresh connection."""
+    from dayflow_tui.errors import StoreError
+    from dayflow_tui.store import open_store
+
+    store = open_store(pg_proxy.url(pg_url))
+    try:
+        store.retry_for = 2.0
+        assert store.list_runs() == []
+        pg_proxy.stall(30.0)
+        began = time.monotonic()
+        with pytest.raises(StoreError) as failure:
+            store.list_runs()
+        took = time.monotonic() - began
+        assert took < 2.0 + 6, f"the call returned {took:.1f} s into the stall"
+        assert "\n" not in str(failure.value) and "answer" in str(failure.value), str(failure.value)
+        pg_proxy.end_stall()
+        assert store.list_runs() == []
+    finally:
+        pg_proxy.end_stall()
+        store.close()
+
+
+def test_a_healthy_slow_call_is_not_cut(pg_url, pg_proxy):
+    """The deadline is the call's window, not a guess at how long a query takes: a statement that the server
+    answers after 3 s within a 15 s window is left to finish on its connection."""
+    from dayflow_tui.store import open_store
+    from dayflow_tui.store.retry import store_call
+
+    store = open_store(pg_proxy.url(pg_url))
+
+    @store_call
+    def slow(self):
+        return self.db.execute_sql("SELECT pg_sleep(3), pg_backend_pid()").fetchone()[1]
+
+    try:
+        pid = store.db.execute_sql("SELECT pg_backend_pid()").fetchone()[0]
+        assert slow(store) == pid  # the same connection: no cut, no reconnect
     finally:
         store.close()

@@ -8,6 +8,7 @@ are written differently; everything else is the same Peewee code on both.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import threading
@@ -21,8 +22,9 @@ from peewee import SQL, PostgresqlDatabase, SqliteDatabase, fn
 from .. import clock
 from ..errors import StoreError
 from .driver_imports import load_psycopg
+from .deadline import try_deadline
 from .models import ChangeCounter, StoreMeta
-from .retry import ReportCause
+from .retry import ReportCause, try_time_left
 
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
@@ -83,6 +85,10 @@ class Backend:
     def bad_history_step(self, db: peewee.Database, run_id: str) -> int | None:
         """The first step whose stored JSON is not an array of blocks (None: all readable), or -1: check in Python."""
         return -1
+
+    def try_deadline(self, db: peewee.Database, seconds: float) -> contextlib.AbstractContextManager[dict]:
+        """Bound one try of a store call (a file database cannot stall: SQLite's busy timeout bounds it)."""
+        return contextlib.nullcontext({"cut": False})
 
 
 class SqliteBackend(Backend):
@@ -170,8 +176,29 @@ class _DayflowPostgres(PostgresqlDatabase):
 
     idle_in_transaction_timeout = "60s"
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # Each thread's open connection, so the deadline watchdog (another thread) can cut a stalled one.
+        self.thread_connections: dict[int, Any] = {}
+
+    def _connect(self):
+        # As Peewee's, but a connection opened inside a store call's try waits no longer than the try has
+        # left (libpq counts whole seconds, at least 2): a server that accepts nothing must not hold a
+        # process that is tidying up after an error for the full connect timeout.
+        self._adapter.check_driver()
+        params = dict(self.connect_params)
+        left = try_time_left()
+        if left is not None and "connect_timeout" in params:
+            params["connect_timeout"] = max(2, min(int(params["connect_timeout"]), math.ceil(left)))
+        conn = self._adapter.connect(self, **params)
+        if self._isolation_level:
+            conn.set_isolation_level(self._isolation_level)
+        conn.autocommit = True
+        return conn
+
     def _initialize_connection(self, conn) -> None:
         super()._initialize_connection(conn)
+        self.thread_connections[threading.get_ident()] = conn
         if "idle_in_transaction_session_timeout" not in self.database:
             conn.execute(f"SET idle_in_transaction_session_timeout = '{self.idle_in_transaction_timeout}'")
 
@@ -247,6 +274,18 @@ class PostgresBackend(Backend):
 
     def skip_locked(self, query: peewee.ModelSelect) -> peewee.ModelSelect:
         return query.for_update(skip_locked=True)
+
+    def try_deadline(self, db: peewee.Database, seconds: float) -> contextlib.AbstractContextManager[dict]:
+        """A server that stops answering (no RST, no FIN) would hold this thread in ``recv`` for good."""
+        caller = threading.get_ident()
+
+        def caller_socket() -> int | None:
+            conn = getattr(db, "thread_connections", {}).get(caller)
+            if conn is None or conn.closed:
+                return None
+            return conn.pgconn.socket
+
+        return try_deadline(seconds, caller_socket)
 
     def now(self) -> Any:
         # The fake clock (tests, screenshots) wins; otherwise every host stamps with the server's clock.

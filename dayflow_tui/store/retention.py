@@ -127,7 +127,7 @@ def prunable_runs(store: "Store", *, older_than: timedelta, statuses: Iterable[R
             for r in runs]
 
 
-@store_call
+@store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
     """Remove the candidates that are still exactly as selected, in one transaction."""
     report = PruneReport()
@@ -241,7 +241,7 @@ def _checkpoint(store: "Store") -> bool:
     return busy == 0
 
 
-@store_call
+@store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def _postgres_vacuum(store: "Store") -> None:
     tables = ", ".join(f'"{m._meta.table_name}"' for m in (Run, Step, Task, RunResume))
     store.db.execute_sql(f"VACUUM (ANALYZE) {tables}")

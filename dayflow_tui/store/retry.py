@@ -21,6 +21,7 @@ import peewee
 
 from ..errors import StoreError
 from ..redaction import redact_and_cut
+from .deadline import MIN_TRY_S
 from .models import bound_to
 
 if TYPE_CHECKING:
@@ -81,6 +82,12 @@ def is_connection_error(exc: BaseException) -> bool:
 _retry_state = threading.local()
 
 
+def try_time_left() -> float | None:
+    """Seconds left before this thread's current store-call try is cut (None: no deadline)."""
+    ends = getattr(_retry_state, "try_ends", None)
+    return None if ends is None else ends - time.monotonic()
+
+
 def attempt_number() -> int:
     """0 on an operation's first try, 1, 2, ... on its retries (this thread's outermost store call)."""
     return getattr(_retry_state, "attempt", 0)
@@ -106,7 +113,8 @@ def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S
         delay = min(delay * 2, most)
 
 
-def store_call(method: Callable | None = None, *, retry_for: Callable[[], float] | None = None) -> Callable:
+def store_call(method: Callable | None = None, *, retry_for: Callable[[], float] | None = None,
+               cut_stalls: bool = True) -> Callable:
     """Map driver errors to one readable ``StoreError`` line, retrying the ones a new connection cures.
 
     A call that failed because the connection went away (PostgreSQL: a
@@ -120,6 +128,13 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[[], float]
     retry whether its earlier try landed before its answer was lost
     (``attempt_number()``). The store's models are routed to this store's
     database for the call (``models.bound_to``).
+
+    On a network database each try also has a deadline: the rest of the
+    window (at least ``deadline.MIN_TRY_S``). A server that stops answering
+    without closing the connection has the try's socket cut then, so a
+    stall ends like a dropped connection instead of blocking for good.
+    Calls that may rightly run long on a healthy server (an import, a
+    vacuum, a search over everything) pass ``cut_stalls=False``.
     """
 
     def decorate(method: Callable) -> Callable:
@@ -143,23 +158,33 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[[], float]
                     while True:
                         if outermost:
                             _retry_state.attempt = attempt
+                        bounded = outermost and cut_stalls
+                        seen = {"cut": False}
+                        if bounded:
+                            _retry_state.try_ends = max(deadline, time.monotonic() + MIN_TRY_S)
                         try:
-                            return method(self, *args, **kwargs)
+                            with (self.backend.try_deadline(self.db, deadline - time.monotonic()) if bounded
+                                  else contextlib.nullcontext(seen)) as seen:
+                                return method(self, *args, **kwargs)
                         except Exception as exc:
                             if not is_driver_error(exc) or not outermost:
                                 raise  # a nested call's failure is its caller's to retry or report
-                            transient = is_transient(exc)
+                            transient = is_transient(exc) or seen["cut"]
                             if transient:
                                 self.close_thread_connection()  # the next try starts on a fresh connection
                             if transient and time.monotonic() < deadline:
                                 time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
                                 attempt += 1
                                 continue
+                            if seen["cut"]:
+                                raise StoreError(f"{self.label}: the database stopped answering; no answer "
+                                                 f"within {window:.1f} s") from exc
                             raise StoreError(f"{self.label}: {describe(exc)}") from exc
             finally:
                 _retry_state.depth = depth
                 if outermost:
                     _retry_state.attempt = 0
+                    _retry_state.try_ends = None
 
         return wrapper
 

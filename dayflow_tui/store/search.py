@@ -874,13 +874,13 @@ def _scan(store: "Store", query: Query, *, limit: int, since: str | None, agent:
 class SearchQueries:
     """The store's search operations (a part of ``Store``)."""
 
-    @store_call
+    @store_call(cut_stalls=False)  # may rightly run long on a healthy server
     def search(self: "Store", query: Query, *, limit: int = 50, since: str | None = None,
                agent: str | None = None, before: int | None = None) -> SearchResult:
         """Hits for a parsed query (``search.query.parse``), newest first; see ``search`` above."""
         return search(self, query, limit=limit, since=since, agent=agent, before=before)
 
-    @store_call
+    @store_call(cut_stalls=False)  # may rightly run long on a healthy server
     def rebuild_search_index(self: "Store", progress: Progress | None = None) -> int:
         """Build the search index again from every stored run (``dayflow search --reindex``)."""
         return rebuild(self, progress)

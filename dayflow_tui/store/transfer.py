@@ -96,7 +96,7 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-@store_call
+@store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def run_records(store: "Store", run_id: str) -> list[dict[str, Any]]:
     """One run's records as written to the file, read in one snapshot (a run being driven stays whole)."""
     with _snapshot(store):
@@ -419,7 +419,7 @@ def _reset_sequence(store: "Store", model: type[peewee.Model]) -> None:
                          f"(SELECT COALESCE(MAX(id), 0) + 1 FROM \"{table}\"), false)")
 
 
-@store_call
+@store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) -> ImportReport:
     """Write a validated archive's rows in one transaction (see the module docstring)."""
     report = ImportReport()
