@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
+    _add_approval_commands(sub, common)
 
     spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
     spend.add_argument("--since", metavar="SPAN|DATE",
@@ -213,6 +214,9 @@ def _finish(result) -> int:
     if result.status == "done":
         print(printable(result.final_text or ""))
         return 0
+    if result.status == RunStatus.WAITING.value:
+        _say_what_waits(result.run_id)
+        return 0  # nothing failed: the run waits for a person, its paid reply committed
     print(f"dayflow: run {result.run_id} stopped ({result.status}): {printable(result.error or '')}"
           f"; continue with: dayflow resume {result.run_id}", file=sys.stderr)
     return 3
@@ -395,7 +399,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = _open(args, create=False, upgrade=False)
     run = store.get_run(args.run_id)
     print_transcript(run, store.steps(run.id), raw=args.raw, run_cost=run_cost(store, run.id),
-                     resumes=run_resumes(store, run.id))
+                     resumes=run_resumes(store, run.id), approvals=store.approvals(run.id))
     return 0
 
 
@@ -808,6 +812,143 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
 
 
 COMMANDS.update({"export": cmd_export, "import": cmd_import, "prune": cmd_prune, "vacuum": cmd_vacuum})
+
+
+# -- approvals: approve, deny, pending -------------------------------------------------------------------
+
+
+def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
+    deciding = _Parser(add_help=False)
+    deciding.add_argument("run_id", metavar="RUN_ID")
+    deciding.add_argument("tool_use_id", nargs="?", metavar="TOOL_USE_ID",
+                          help="which waiting call (needed only when several wait)")
+    deciding.add_argument("--hash", metavar="PREFIX", dest="expect_hash",
+                          help="refuse unless the call's arguments hash to this (as `dayflow pending` shows)")
+    deciding.add_argument("--as", metavar="NAME", dest="decider",
+                          help="who decides (default: the user setting, else your login name)")
+    deciding.add_argument("--all", action="store_true", dest="every",
+                          help="every call of the run that waits (instead of naming one)")
+    deciding.add_argument("--queue", action="store_true",
+                          help="only record the decision; a `dayflow worker` continues the run")
+    deciding.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
+    approve = sub.add_parser("approve", parents=[common, deciding],
+                             help="let a waiting tool call run, then continue its run")
+    approve.add_argument("--edit", metavar="FILE|-",
+                         help="approve these arguments instead (a JSON object, checked against the tool's schema)")
+    deny = sub.add_parser("deny", parents=[common, deciding],
+                          help="refuse a waiting tool call; the model is told why and the run goes on")
+    deny.add_argument("--reason", required=True, help="what the model is told")
+    pending = sub.add_parser("pending", parents=[common], help="tool calls waiting for a decision, oldest first")
+    pending.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _say_what_waits(run_id: str) -> None:
+    store = _OPENED[-1]
+    for row in store.approvals(run_id):
+        if row.state == "pending":
+            print(f"[waiting {run_id}] {printable(row.tool_name)} {one_line(row.input, 200)} "
+                  f"({printable(row.tool_use_id)}, arguments {row.input_hash[:12]})", file=sys.stderr)
+    print(f"[waiting {run_id}] decide with: dayflow approve {run_id}  or  dayflow deny {run_id} --reason ...",
+          file=sys.stderr)
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    store = _open_for_reading(args)
+    rows = store.pending_approvals()
+    if args.json:
+        import json
+
+        print(printable_json([{"run_id": run.id, "step": row.n, "tool_use_id": row.tool_use_id,
+                               "tool": row.tool_name, "input": json.loads(row.input),
+                               "input_hash": row.input_hash, "requested_at": row.requested_at,
+                               "task": run.user_msg} for row, run in rows]))
+        return 0
+    if not rows:
+        print("nothing waits for a decision")
+        return 0
+    for row, run in rows:
+        print(f"{run.id}  step {row.n}  {printable(row.tool_name)}  {printable(row.tool_use_id)}  "
+              f"since {row.requested_at}  arguments {row.input_hash[:12]}")
+        print(f"    {one_line(row.input, 300)}")
+        print(f"    task: {one_line(run.user_msg, 100)}")
+    return 0
+
+
+def _decide(args: argparse.Namespace, *, approve: bool) -> int:
+    from .agent.approvals import decider, validated_edit
+    from .store.approvals import DecisionRefused
+
+    store = _open(args, create=False)
+    run = store.get_run(args.run_id)
+    user, host = decider()
+    if args.decider is not None:
+        user = args.decider.strip()
+        if not user or len(user) > 200:
+            raise UsageError("--as needs a name (at most 200 characters)")
+    edited, tool_use_id = None, args.tool_use_id
+    if args.every and (tool_use_id is not None or args.expect_hash is not None
+                       or (approve and args.edit is not None)):
+        raise UsageError("--all decides every waiting call: it goes without TOOL_USE_ID, --hash and --edit")
+    if approve and args.edit is not None:
+        text = _read_edit(args.edit)
+        tool_use_id, edited = validated_edit(store, run.id, args.tool_use_id, text)
+    reason = None
+    if not approve:
+        reason = args.reason.strip()
+        if not reason:
+            raise UsageError("--reason must say why (the model is told)")
+        if len(reason) > 4000:
+            raise UsageError("--reason is longer than 4,000 characters")
+    targets = [tool_use_id or None]
+    if args.every:
+        targets = [r.tool_use_id for r in store.approvals(run.id) if r.state == "pending"]
+        if not targets:
+            raise DecisionRefused(f"run {run.id} has no tool call waiting for a decision")
+    word = "approved" if approve else "denied"
+    for target in targets:
+        row = store.decide(run.id, target, approve=approve, by=user, host=host, reason=reason,
+                           edited_input=edited, expect_hash=args.expect_hash)
+        note = " with edited arguments" if row.edited_input is not None else ""
+        print(f"[{word} {run.id}] {printable(row.tool_name)} ({printable(row.tool_use_id)}){note} by "
+              f"{printable(user)} on {printable(host)}", file=sys.stderr)
+    current = store.get_run(run.id)
+    if current.status == RunStatus.WAITING.value:
+        left = sum(1 for r in store.approvals(run.id) if r.state == "pending")
+        print(f"[waiting {run.id}] {left} more call(s) wait for a decision (dayflow pending)", file=sys.stderr)
+        return 0
+    if args.queue:
+        print(f"[queued {run.id}] a `dayflow worker` on this database continues it", file=sys.stderr)
+        return 0
+    from .agent.loop import resume
+    from .errors import RunBusy
+
+    try:
+        result = resume(run.id, store=store, on_step=_print_step if args.verbose else None)
+    except RunBusy as exc:  # a worker took the run first: it continues it
+        print(f"[{word} {run.id}] {printable(exc)}", file=sys.stderr)
+        return 0
+    return _finish(result)
+
+
+def _read_edit(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        with open(source, encoding="utf-8") as fh:
+            return fh.read(1_000_001)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--edit {printable(source)}: cannot be read ({exc.__class__.__name__})") from None
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args, approve=True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _decide(args, approve=False)
+
+
+COMMANDS.update({"approve": cmd_approve, "deny": cmd_deny, "pending": cmd_pending})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from rich.text import Text
 from .costs import RunCost, budget_text, cache_text
 from .pricing import format_usd
 from .safe_text import printable
-from .agent.transcript import build_steps
+from .agent.transcript import attach_decisions, build_steps
 
 
 def _safe(text: object, style: str = "") -> Text:
@@ -23,7 +23,8 @@ def _safe(text: object, style: str = "") -> Text:
 
 
 def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
-                     run_cost: RunCost | None = None, resumes: list | None = None) -> None:
+                     run_cost: RunCost | None = None, resumes: list | None = None,
+                     approvals: list | None = None) -> None:
     """``resumes`` (``store.resumes.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
     header = Text.assemble(("run ", "bold"), (run.id, "bold cyan"), f"  {run.status}  model=",
@@ -36,6 +37,7 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
     console.print(header)
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
     views = build_steps(steps, run.model)
+    attach_decisions(views, approvals or [])
     resumed_after = {resume.after_step: resume for resume in resumes or []}
     for view in views:
         resume = resumed_after.get(view.n - 1)
@@ -71,6 +73,10 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
                                         printable(call.compact_input()), ")"))
             count = f", {call.item_count} item(s)" if call.item_count is not None else ""
             style = "red" if call.is_error else "green"
+            if call.decision:
+                decided = "yellow" if call.decision.startswith("waiting") else "cyan"
+                console.print(Text.assemble("     ", ("⏸ " if decided == "yellow" else "✋ ", decided),
+                                            (printable(call.decision), decided)))
             console.print(Text.assemble("     <- ", (call.outcome, style), count))
     if run.final_text:
         console.print(Rule("brief", style="green"))

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import socket
 import tomllib
 from dataclasses import dataclass, field
@@ -83,6 +84,11 @@ class Settings:
     budget_usd: Decimal | None = None
     # The dashboard asks before a resume whose next call is predicted to cost more than this.
     resume_confirm_usd: Decimal = Decimal("0.10")
+    # Tools whose calls wait for a person's decision in runs started from now on (the built-in brief's
+    # create_task, say): the run stops `waiting` until `dayflow approve` or `dayflow deny`.
+    require_approval: tuple[str, ...] = ()
+    # Who a decision is recorded as (default: the login name of the process deciding).
+    user: str | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -228,6 +234,22 @@ def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
     return table
 
 
+def _tool_names(raw: Any) -> tuple[str, ...]:
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)):
+        raise ValueError("not a list")
+    names = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError("not a name")
+        name = item.strip()
+        if name and (len(name) > 64 or not re.fullmatch(r"[A-Za-z0-9_-]+", name)):
+            raise ValueError("not a tool name")
+        if name:
+            names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
 def _path(raw: Any) -> Path | None:
     text = _text(raw)
     return Path(text).expanduser() if text else None
@@ -257,6 +279,9 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                'tables [prices."MODEL"] of input, output, cache_write, cache_read (dollars per million tokens)'),
     "budget_usd": ("DAYFLOW_BUDGET_USD", _dollars_or_off, "an amount of dollars or 'off'"),
     "resume_confirm_usd": ("DAYFLOW_RESUME_CONFIRM_USD", _dollars, "an amount of dollars"),
+    "require_approval": ("DAYFLOW_REQUIRE_APPROVAL", lambda raw: _tool_names(raw),
+                         "tool names separated by commas (e.g. create_task), or a list of them"),
+    "user": ("DAYFLOW_USER", _text, "a name"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}

@@ -84,9 +84,11 @@ def test_bad_input_is_one_line_and_non_zero_without_traceback(tmp_path, db_path)
 def test_newer_schema_is_refused_by_the_cli(db_path):
     import sqlite3
 
+    from dayflow_tui.store import SCHEMA_VERSION
+
     assert dayflow("brief", db=db_path).returncode == 0
     with sqlite3.connect(db_path) as conn:
-        conn.execute("PRAGMA user_version = 7")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     result = dayflow("runs", db=db_path)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "newer Dayflow" in result.stderr

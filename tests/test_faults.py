@@ -262,12 +262,16 @@ def test_a_schema_1_file_migrates_in_place_keeping_its_runs(db_path):
     store.db.execute_sql('ALTER TABLE "runs" DROP COLUMN "owner_started"')
     store.db.execute_sql('DROP TABLE "run_resumes"')  # schema 4's
     store.db.execute_sql('ALTER TABLE "runs" DROP COLUMN "budget_usd"')  # schema 6's
+    store.db.execute_sql('DROP TABLE "approvals"')  # schema 7's
+    store.db.execute_sql('ALTER TABLE "runs" DROP COLUMN "approval_tools"')
     store.db.execute_sql("PRAGMA user_version = 1")
     store.close()
     reopened = open_store(db_path)
     assert reopened.db.execute_sql("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
     assert "run_resumes" in reopened.db.get_tables()
     assert "budget_usd" in {c.name for c in reopened.db.get_columns("runs")}
+    assert "approvals" in reopened.db.get_tables()
+    assert "approval_tools" in {c.name for c in reopened.db.get_columns("runs")}
     assert [(r.id, r.status, r.step_count) for r in reopened.list_runs()] == before
     assert len(reopened.list_tasks(include_done=True)) == len(store_module.SEED_TASKS) + 6  # not seeded twice
     reopened.close()

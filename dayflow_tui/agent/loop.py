@@ -30,6 +30,7 @@ from .messages import HistoryError, messages_from, rebuild_messages
 from ..store.retry import patience
 from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
 from .tokens import estimate_tokens
+from .approvals import RunWaiting, answer_calls, approval_tools_for_new_run, needs_a_person
 from .tools import TOOL_SCHEMAS, ToolContext, cut_off_results, run_tools
 
 DEFAULT_API_MODEL = "claude-sonnet-5-5"
@@ -346,7 +347,13 @@ class _Driver:
     def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
                           stop_reason: str | None) -> list[dict]:
         # A response cut off at max_tokens may hold half-written calls: answer them, run none.
-        results = cut_off_results(assistant) if stop_reason == "max_tokens" else run_tools(self.ctx, assistant)
+        # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
+        if stop_reason == "max_tokens":
+            results = cut_off_results(assistant)
+        elif needs_a_person(self.run, assistant):
+            results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
+        else:
+            results = run_tools(self.ctx, assistant)
         self.store.set_tool_results(self.run.id, n, results, lease=self.lease)
         self.emit(StepEvent(self.run.id, n, "tools", stop_reason, assistant, results, 0, 0, *spent))
         return results
@@ -500,8 +507,9 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
               budget_tokens: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
               compact_at: int | None = None, run_id: str | None = None, on_step: OnStep | None = None,
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
-              should_stop: Callable[[], bool] | None = None, budget_usd: Decimal | None = None) -> RunResult:
-    """Start a new run and drive it to its end.
+              should_stop: Callable[[], bool] | None = None, budget_usd: Decimal | None = None,
+              approval_tools: tuple[str, ...] | None = None) -> RunResult:
+    """Start a new run and drive it to its end (or until a tool call waits for a person).
 
     ``compact_at`` (estimated tokens of the message list) turns compaction on;
     ``None`` takes ``DAYFLOW_COMPACT_AT``, ``0`` means off. ``budget_usd``
@@ -515,9 +523,11 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
     if client is None:
         client = make_client(model)  # fail on a missing key before a run is recorded
     _require_live_export()
+    if approval_tools is None:
+        approval_tools = approval_tools_for_new_run()
     run, lease = store.create_claimed_run(user_msg, model=model, budget_tokens=budget_tokens,
                                           max_steps=max_steps, compact_at=compact_at or None, run_id=run_id,
-                                          budget_usd=budget_usd)
+                                          budget_usd=budget_usd, approval_tools=approval_tools)
     if on_start is not None:
         on_start(run.id)
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
@@ -526,7 +536,8 @@ def run_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None =
 
 def queue_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None = None,
                 budget_tokens: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
-                compact_at: int | None = None, budget_usd: Decimal | None = None) -> str:
+                compact_at: int | None = None, budget_usd: Decimal | None = None,
+                approval_tools: tuple[str, ...] | None = None) -> str:
     """Record a run for a worker to drive (``dayflow worker``); the same defaults as ``run_brief``.
 
     No client is built here: the model's key is needed where the worker runs.
@@ -536,8 +547,11 @@ def queue_brief(store: Store, *, user_msg: str = DEFAULT_TASK, model: str | None
     model = model or default_model()
     budget_usd = budget_usd if budget_usd is not None else settings.current().budget_usd
     _check_dollar_budget(model, budget_usd)
+    if approval_tools is None:
+        approval_tools = approval_tools_for_new_run()
     run = store.create_run(user_msg, model=model, budget_tokens=budget_tokens, max_steps=max_steps,
-                           compact_at=compact_at or None, status=RunStatus.QUEUED, budget_usd=budget_usd)
+                           compact_at=compact_at or None, status=RunStatus.QUEUED, budget_usd=budget_usd,
+                           approval_tools=approval_tools)
     return run.id
 
 
@@ -664,6 +678,11 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
             driver.spend.previous = previous_call(store, run, messages)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
                             replayed=len(steps))
+    except RunWaiting:
+        # The step's paid reply is committed; its calls wait for a person (the lease is given up already).
+        run = store.get_run(run_id)
+        return RunResult(run.id, RunStatus.WAITING.value, None, run.step_count, run.input_tokens,
+                         run.output_tokens, driver.calls if driver else 0, committed_before or 0)
     except (RunBusy, ReplySpooled, ModelCallFailed, KeyboardInterrupt, SystemExit):
         raise  # another owner drives it / the reply is safe on disk / the run is failed already / stopped
     except HistoryError as exc:

@@ -204,3 +204,6 @@ def _result(block: dict, payload: dict, is_error: bool) -> dict:
     if is_error:
         result["is_error"] = True
     return result
+
+
+tool_result = _result  # one tool_result block: the answer to one tool_use

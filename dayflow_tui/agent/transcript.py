@@ -24,11 +24,13 @@ class ToolCall:
     is_error: bool = False
     error_code: str | None = None
     item_count: int | None = None
+    # A person's part in this call (approvals): "waiting ...", "approved by ...", "denied by ...: reason".
+    decision: str | None = None
 
     @property
     def outcome(self) -> str:
         if self.result is None:
-            return "pending"
+            return "waiting for a decision" if self.decision and self.decision.startswith("waiting") else "pending"
         if self.is_error:
             return f"error {self.error_code or ''}".strip()
         return "ok"
@@ -163,3 +165,27 @@ def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = N
             _summarise(call)
         views.append(view)
     return views
+
+
+def describe_decision(row) -> str | None:
+    """One line for an ``approvals`` row: who decided what, when; None for a call that needed nobody."""
+    if row.state == "auto":
+        return None
+    if row.state == "pending":
+        return f"waiting for approval since {row.requested_at[:19].replace('T', ' ')} (arguments {row.input_hash[:12]})"
+    when = (row.decided_at or "?")[:19].replace("T", " ")
+    edited = " with edited arguments" if row.edited_input else ""
+    text = f"{row.state}{edited} by {row.decided_by or '?'} on {row.decided_host or '?'} at {when}"
+    if row.state == "denied" and row.reason:
+        text += f": {row.reason}"
+    return text
+
+
+def attach_decisions(views: list[StepView], approvals: list) -> None:
+    """Mark each call a person decided (or must decide) with that decision."""
+    by_call = {(row.n, row.tool_use_id): row for row in approvals}
+    for view in views:
+        for call in view.calls:
+            row = by_call.get((view.n, call.id))
+            if row is not None:
+                call.decision = describe_decision(row)

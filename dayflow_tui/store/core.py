@@ -27,11 +27,12 @@ from .runs import RunQueries
 from .schema import migrate
 from .search import SearchQueries
 from .spend import SpendQueries
+from .approvals import ApprovalQueries
 from .steps import StepQueries
 from .tasks import TaskQueries
 
 
-class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, SpendQueries):
+class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, SpendQueries, ApprovalQueries):
     """One open Dayflow database. Each store owns its database handle; two in one process stay apart."""
 
     def __init__(self, backend: Backend):

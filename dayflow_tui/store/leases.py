@@ -166,6 +166,13 @@ def owner_alive(run: Run, stale_after: float = STALE_AFTER_S) -> bool:
     return fresh
 
 
+def still_refused(run: Run) -> None:
+    """Raise when a run waits for a person's decision: the decision continues it, not a claim."""
+    if run.status == RunStatus.WAITING.value:
+        raise RunBusy(f"run {run.id} waits for a decision on a tool call: see `dayflow pending`, then "
+                      f"`dayflow approve {run.id}` or `dayflow deny {run.id} --reason ...`")
+
+
 def effective_status(run: Run) -> str:
     """The status a user should see: a 'running' run with a dead owner is 'interrupted'."""
     if run.status == RunStatus.RUNNING and not owner_alive(run):
@@ -206,6 +213,7 @@ class LeaseQueries:
         run = self.get_run(run_id)
         if run.lease_token == token:
             return Lease(self, run.id, token)  # an earlier try committed; only its answer was lost
+        still_refused(run)  # a run waiting for a person is continued by the decision, not claimed
         if run.lease_token is not None and owner_alive(run, stale_after):
             raise RunBusy(f"run {run.id} is being driven by {holder(run)}")
         with self.write_transaction():
@@ -214,6 +222,7 @@ class LeaseQueries:
             current = self.get_run(run.id)
             if current.status == RunStatus.DONE:
                 raise RunBusy(f"run {run.id} was finished by another process meanwhile")
+            still_refused(current)
             raise RunBusy(f"run {run.id} is being driven by {holder(current)}")
         return Lease(self, run.id, token)
 
@@ -233,7 +242,7 @@ class LeaseQueries:
         # Every claim is an attempt; committing a step sets the count back to 0.
         values.update(attempts=1, not_before=None) if fresh_attempts else values.update(attempts=Run.attempts + 1)
         query = (Run.update(**values)
-                 .where(Run.id == seen.id, Run.status != RunStatus.DONE,
+                 .where(Run.id == seen.id, Run.status.not_in([RunStatus.DONE.value, RunStatus.WAITING.value]),
                         Run.lease_token.is_null() if seen.lease_token is None
                         else Run.lease_token == seen.lease_token,
                         Run.heartbeat_at.is_null() if seen.heartbeat_at is None

@@ -98,6 +98,9 @@ class Run(BaseModel):
     # The whole run's spend limit in dollars (schema 6); checked before every paid call (agent/loop.py).
     budget_usd = DecimalField(max_digits=14, decimal_places=6, null=True, auto_round=True)
     max_steps = IntegerField(default=12)
+    # JSON list of the tool names whose calls wait for a person's decision (schema 7), fixed when the run
+    # is created, so every host that drives it asks for the same approvals.
+    approval_tools = TextField(null=True)
     compact_at = IntegerField(null=True)
     error = TextField(null=True)
     owner_host = CharField(max_length=255, null=True)
@@ -179,6 +182,41 @@ class RunResume(BaseModel):
         indexes = ((("run", "id"), False),)
 
 
+class Approval(BaseModel):
+    """One tool call of a step that waited for a person (schema 7), with the decision and the call's result.
+
+    A step whose calls include one that needs approval gets a row per call:
+    ``pending`` for those that wait, ``auto`` for the others (they ran before
+    the run stopped, and their result is kept here so they never run again).
+    The decision is committed once (``state`` leaves ``pending`` in one
+    conditional UPDATE); ``result`` is the tool_result block once the call
+    was answered, so a crash after it never runs the call twice.
+    """
+
+    id = AutoField()
+    run = ForeignKeyField(Run, column_name="run_id", backref="approvals", on_delete="CASCADE", lazy_load=False)
+    n = IntegerField()  # the step whose tool_use this is
+    tool_use_id = TextField()
+    tool_name = TextField()
+    input = TextField()  # JSON: the arguments as the model sent them
+    input_hash = CharField(max_length=64)  # sha256 of the canonical JSON of ``input``: what a decision is bound to
+    state = CharField(max_length=16)  # pending | approved | denied | auto
+    requested_at = CharField(max_length=32)
+    edited_input = TextField(null=True)  # JSON: the arguments a person approved instead (validated)
+    reason = TextField(null=True)
+    decided_by = TextField(null=True)
+    decided_host = TextField(null=True)
+    decided_at = CharField(max_length=32, null=True)
+    # Fixed by the decider before its first try: a retry whose COMMIT landed finds its own decision.
+    decision_token = CharField(max_length=32, null=True)
+    result = TextField(null=True)  # JSON: the tool_result block sent back for this call
+    result_at = CharField(max_length=32, null=True)
+
+    class Meta:
+        table_name = "approvals"
+        indexes = ((("run", "tool_use_id"), True), (("state", "requested_at"), False))
+
+
 class StoreMeta(BaseModel):
     """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
 
@@ -204,5 +242,5 @@ class ChangeCounter(BaseModel):
         table_name = "dayflow_changes"
 
 
-MODELS = (Run, Step, Task, RunResume)
+MODELS = (Run, Step, Task, RunResume, Approval)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

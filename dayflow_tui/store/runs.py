@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
@@ -19,6 +20,21 @@ if TYPE_CHECKING:
     from .core import Store
 
 
+def _names(tools: Iterable[str] | None) -> str | None:
+    """The ``approval_tools`` column: a JSON list of tool names, or NULL for none."""
+    names = sorted(set(tools or ()))
+    return json.dumps(names) if names else None
+
+
+def approval_tools(run: Run) -> frozenset[str]:
+    """The tools whose calls wait for a person in this run."""
+    try:
+        names = json.loads(run.approval_tools) if run.approval_tools else []
+    except (TypeError, ValueError):
+        names = []
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+
+
 class RunQueries:
     """The store's run operations (a part of ``Store``)."""
 
@@ -29,24 +45,27 @@ class RunQueries:
 
     def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                    max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
-                   status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None) -> Run:
+                   status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None,
+                   approval_tools: Iterable[str] | None = None) -> Run:
         """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
         run_id = run_id or uuid.uuid4().hex[:12]  # fixed before any try: a retried insert is the same run
         self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
                               budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                              budget_usd=budget_usd))
+                              budget_usd=budget_usd, approval_tools=_names(approval_tools)))
         return self.get_run(run_id)
 
     def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None,
-                           run_id: str | None = None, budget_usd: Decimal | None = None) -> tuple[Run, Lease]:
+                           run_id: str | None = None, budget_usd: Decimal | None = None,
+                           approval_tools: Iterable[str] | None = None) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
         token = new_token()
         run_id = run_id or uuid.uuid4().hex[:12]
         try:
             self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                                   budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                                  attempts=1, budget_usd=budget_usd), token=token)
+                                  attempts=1, budget_usd=budget_usd, approval_tools=_names(approval_tools)),
+                              token=token)
         except BaseException:
             forget_token(token)
             raise

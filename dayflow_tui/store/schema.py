@@ -17,7 +17,7 @@ import peewee
 
 from .. import clock
 from ..errors import StoreError
-from .models import MODELS, POSTGRES_MODELS, Run, Step, Task
+from .models import MODELS, POSTGRES_MODELS, Approval, Run, Step, Task
 from .resumes import add_resumes_table
 from .sample_tasks import SEED_TASKS
 from .search import add_search_index
@@ -82,8 +82,15 @@ def _add_budget_usd(store: "Store") -> None:
     add_column(store, Run, Run.budget_usd)
 
 
+def _add_approvals(store: "Store") -> None:
+    """Schema 7: tool calls that wait for a person (``approvals``) and which tools a run asks about."""
+    add_column(store, Run, Run.approval_tools)
+    store.db.create_tables([Approval], safe=True)
+
+
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
-                                                    add_resumes_table, add_search_index, _add_budget_usd)
+                                                    add_resumes_table, add_search_index, _add_budget_usd,
+                                                    _add_approvals)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -17,6 +17,7 @@ class RunStatus(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
     BUDGET = "budget"
+    WAITING = "waiting"  # a tool call waits for a person's decision (dayflow approve / deny)
 
     def __str__(self) -> str:
         return self.value
@@ -46,6 +47,7 @@ _GLYPHS = {
     RunStatus.DONE: "✔",
     RunStatus.FAILED: "✖",
     RunStatus.BUDGET: "◼",
+    RunStatus.WAITING: "⏸",
 }
 
 # Stored states a person or a worker can continue; DONE is final.

@@ -11,8 +11,8 @@ The file (``dayflow export --jsonl``, ``dayflow prune --archive``)::
     {"kind": "end", "counts": {"run": 1, "step": 3, "resume": 0, "task": 6}}
 
 One header line (the format's version, the schema it was written from, the
-columns of each table), then each run followed by its steps (in order), its resumes
-and the tasks it created, then one ``end`` line with the counts (a cut-short
+columns of each table), then each run followed by its steps (in order), its resumes,
+its approvals and the tasks it created, then one ``end`` line with the counts (a cut-short
 file is refused). Rows are keyed by column name and hold the stored values
 exactly: a step's ``assistant`` and ``tool_results`` are the stored JSON text
 as a string, untouched, so an import writes the same bytes back.
@@ -39,7 +39,7 @@ import peewee
 
 from .. import clock
 from ..errors import StoreError, UsageError
-from .models import Run, RunResume, Step, Task
+from .models import Approval, Run, RunResume, Step, Task
 from .retry import store_call
 from .schema import SCHEMA_VERSION
 from .search import index_runs
@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 FORMAT = 1
 MARKER = "runs"
 # kind -> model, in the order a run's records are written.
-KINDS: dict[str, type[peewee.Model]] = {"run": Run, "step": Step, "resume": RunResume, "task": Task}
+KINDS: dict[str, type[peewee.Model]] = {"run": Run, "step": Step, "resume": RunResume, "approval": Approval,
+                                        "task": Task}
 _INT_RANGE = {peewee.BigIntegerField: 2**63, peewee.IntegerField: 2**31, peewee.AutoField: 2**31}
 
 
@@ -75,12 +76,16 @@ class Counts:
     step: int = 0
     resume: int = 0
     task: int = 0
+    approval: int = 0  # schema 7: tool calls that waited for a person, with their decisions
 
     def add(self, kind: str, n: int = 1) -> None:
         setattr(self, kind, getattr(self, kind) + n)
 
     def as_dict(self) -> dict[str, int]:
-        return {"run": self.run, "step": self.step, "resume": self.resume, "task": self.task}
+        counts = {"run": self.run, "step": self.step, "resume": self.resume, "task": self.task}
+        if self.approval:  # files from before approvals have no such count, and read the same
+            counts["approval"] = self.approval
+        return counts
 
 
 # -- export ----------------------------------------------------------------
@@ -108,6 +113,8 @@ def run_records(store: "Store", run_id: str) -> list[dict[str, Any]]:
                     for s in Step.select().where(Step.run == run_id).order_by(Step.n)]
         records += [{"kind": "resume", "row": row_of(RunResume, r)}
                     for r in RunResume.select().where(RunResume.run == run_id).order_by(RunResume.id)]
+        records += [{"kind": "approval", "row": row_of(Approval, a)}
+                    for a in Approval.select().where(Approval.run == run_id).order_by(Approval.id)]
         records += [{"kind": "task", "row": row_of(Task, t)}
                     for t in Task.select().where(Task.run == run_id).order_by(Task.id)]
     return records
@@ -381,6 +388,7 @@ class ImportReport:
     runs: list[tuple[str, str]] = field(default_factory=list)  # (id in the file, id written)
     steps: int = 0
     resumes: int = 0
+    approvals: int = 0
     tasks_added: int = 0
     tasks_relinked: int = 0  # a task kept when its run was pruned, linked to its run again
     tasks_kept: int = 0  # a task with the same key was there already: the database's copy stays
@@ -433,8 +441,8 @@ def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) ->
     with store.write_transaction():
         if store.is_postgres:
             # Ids are chosen here, then written: no concurrent insert may take one in between.
-            store.db.execute_sql(f'LOCK TABLE "{Task._meta.table_name}", "{RunResume._meta.table_name}" '
-                                 "IN SHARE ROW EXCLUSIVE MODE")
+            store.db.execute_sql(f'LOCK TABLE "{Task._meta.table_name}", "{RunResume._meta.table_name}", '
+                                 f'"{Approval._meta.table_name}" IN SHARE ROW EXCLUSIVE MODE')
         for where, kind, row in _parse(archive.path):
             if kind == "header":
                 continue
@@ -452,11 +460,15 @@ def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) ->
             elif kind == "resume":
                 _insert_keeping_id(RunResume, row, report)
                 report.resumes += 1
+            elif kind == "approval":
+                _insert_keeping_id(Approval, row, report)
+                report.approvals += 1
             elif kind == "task":
                 _import_task(row, report)
         if store.is_postgres:
             _reset_sequence(store, Task)
             _reset_sequence(store, RunResume)
+            _reset_sequence(store, Approval)
         # Written around the commit paths, so indexed here, in the same transaction, as they would have been.
         index_runs(store, [new for _old, new in report.runs])
     return report

@@ -1,0 +1,137 @@
+"""Tool calls that wait for a person: stop the run before they run, answer them once decided.
+
+The loop asks ``answer_calls`` for a step's tool results. Without a call
+that needs approval it runs the tools as always. With one, the first time
+round the other calls run, their results and the waiting calls are committed
+with the run set ``waiting`` (the lease given up), and ``None`` tells the
+loop to stop: no model call is made while a run waits. Once every waiting
+call is decided, whoever drives the run next answers each call from its
+row: a result already kept is reused, an approved call runs (with the
+arguments the person approved) and its result is kept at once, a denied call
+gets an ``is_error`` result carrying the reason. So a call never runs twice,
+whichever moment a process dies at.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Any
+
+from .. import settings
+from ..errors import UsageError
+from ..store import Lease, Run, Store, this_host
+from ..store.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
+from ..store.runs import approval_tools
+from ..testhook import pause_point
+from .tools import SCHEMAS_BY_NAME, ToolContext, ToolInputError, run_tool, tool_result, validate
+
+
+class RunWaiting(Exception):
+    """The run stopped ``waiting`` for a person's decision (the loop returns; nothing failed)."""
+
+
+def approval_tools_for_new_run() -> tuple[str, ...]:
+    """The tools the settings say need approval, checked against the tools runs can call."""
+    names = settings.current().require_approval
+    unknown = [name for name in names if name not in SCHEMAS_BY_NAME]
+    if unknown:
+        raise UsageError(f"require_approval names {unknown[0]!r}, which is not a tool "
+                         f"(tools: {', '.join(SCHEMAS_BY_NAME)})")
+    return names
+
+
+def needs_a_person(run: Run, assistant: list[dict]) -> bool:
+    """Does a tool call of this reply wait for a decision (or has one of its calls been decided)?"""
+    gated = approval_tools(run)
+    return bool(gated) and any(b.get("type") == "tool_use" and b.get("name") in gated for b in assistant)
+
+
+def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
+                 assistant: list[dict]) -> list[dict]:
+    """The tool results of step ``n``, a call of which needs a person; raises ``RunWaiting`` after stopping
+    the run for a decision."""
+    gated = approval_tools(run)
+    calls = [b for b in assistant if b.get("type") == "tool_use"]
+    kept = {row.tool_use_id: row for row in store.approvals(run.id, n)}
+    if not kept:
+        asks = []
+        for block in calls:
+            if block.get("name") in gated:
+                asks.append(CallToAsk(_id(block), str(block.get("name")), block.get("input"), waits=True))
+            else:
+                pause_point("tools")
+                payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
+                asks.append(CallToAsk(_id(block), str(block.get("name")), block.get("input"), waits=False,
+                                      result=tool_result(block, payload, is_error)))
+        store.wait_for_approval(run.id, n, asks, lease)
+        raise RunWaiting(run.id)
+    if any(row.state == PENDING for row in kept.values()):
+        raise RunWaiting(run.id)  # not claimable while waiting; reached only by a driver that raced a new request
+    results = []
+    for block in calls:
+        row = kept.get(_id(block))
+        if row is not None and row.result is not None:
+            results.append(json.loads(row.result))
+            continue
+        if row is not None and row.state == DENIED:
+            reason = row.reason or "no reason given"
+            result = tool_result(block, {"ok": False, "error": {
+                "code": "denied", "message": f"a person denied this call ({row.decided_by}): {reason}"}}, True)
+        else:
+            args = block.get("input")
+            if row is not None and row.state == APPROVED and row.edited_input is not None:
+                args = json.loads(row.edited_input)
+            pause_point("tools")
+            payload, is_error = run_tool(ctx, block.get("name", ""), args)
+            result = tool_result(block, payload, is_error)
+        if row is not None and row.state in (APPROVED, DENIED, AUTO):
+            store.answer_call(run.id, row.tool_use_id, result, lease)  # kept before anything else can fail
+        results.append(result)
+    return results
+
+
+def _id(block: dict) -> str:
+    return str(block.get("id") or "")
+
+
+def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str) -> tuple[str, Any]:
+    """Arguments a person typed for a waiting call, checked against the tool's schema before anything is written.
+
+    Returns the call's id and the parsed arguments.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the edited arguments are not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError("the edited arguments must be a JSON object")
+    waiting = [row for row in store.approvals(run_id) if row.state == PENDING
+               and (tool_use_id is None or row.tool_use_id == tool_use_id)]
+    if len(waiting) != 1:
+        # Let the store say precisely what is wrong (several waiting, none, decided already).
+        target = store.approvals(run_id)
+        name = next((r.tool_name for r in target if r.tool_use_id == tool_use_id), None)
+        if name is None:
+            return tool_use_id or "", value
+    else:
+        name = waiting[0].tool_name
+        tool_use_id = waiting[0].tool_use_id
+    schema = SCHEMAS_BY_NAME.get(name)
+    if schema is not None:
+        try:
+            validate(schema["input_schema"], value)
+        except ToolInputError as exc:
+            raise UsageError(f"the edited arguments do not fit {name}: {exc}") from None
+    return tool_use_id or "", value
+
+
+def decider() -> tuple[str, str]:
+    """Who decides, and on which host: the ``user`` setting (else the login name), this host's name."""
+    user = settings.current().user
+    if not user:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "unknown"
+    return user, this_host()
