@@ -355,11 +355,15 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
 _cached: tuple[tuple, Settings] | None = None
 
 
+_WATCHED = tuple(variable for variable, _parse, _meaning in _FIELDS.values()) + (
+    "DAYFLOW_CONFIG", "ANTHROPIC_API_KEY", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
+
+
 def _fingerprint() -> tuple:
-    names = [variable for variable, _parse, _meaning in _FIELDS.values()] + ["DAYFLOW_CONFIG", "ANTHROPIC_API_KEY",
-                                                                    "XDG_DATA_HOME", "XDG_CONFIG_HOME",
-                                                                    "XDG_STATE_HOME"]
-    return tuple(os.environ.get(name) is not None and hash(os.environ.get(name)) for name in names)
+    # Asked on every commit of a paid reply: one lookup per variable. The key's value is hashed, not kept.
+    environ = os.environ
+    return tuple(hash(value) if name == "ANTHROPIC_API_KEY" and value is not None else value
+                 for name, value in zip(_WATCHED, map(environ.get, _WATCHED)))
 
 
 def current() -> Settings:

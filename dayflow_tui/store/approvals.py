@@ -17,7 +17,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import settings
 from ..errors import DayflowError, UsageError
 from ..testhook import pause_point
 from .leases import Lease, forget_token, new_token
@@ -57,8 +56,8 @@ class CallToAsk:
     result: dict | None = None
 
 
-def _commit_window() -> float:
-    return settings.current().commit_retry_s
+def _commit_window(store: "Store") -> float:
+    return store.commit_window()
 
 
 class ApprovalQueries:

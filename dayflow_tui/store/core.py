@@ -47,6 +47,15 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, S
 
         database_proxy.initialize(self.db)
 
+    def commit_window(self) -> float:
+        """How long the commit of a paid reply keeps trying (the commit_retry_s setting, read once per store)."""
+        window = self.__dict__.get("_commit_window")
+        if window is None:
+            from .. import settings
+
+            window = self.__dict__["_commit_window"] = settings.current().commit_retry_s
+        return window
+
     # -- connection ------------------------------------------------------
 
     @property

@@ -113,14 +113,14 @@ def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S
         delay = min(delay * 2, most)
 
 
-def store_call(method: Callable | None = None, *, retry_for: Callable[[], float] | None = None,
+def store_call(method: Callable | None = None, *, retry_for: Callable[["Store"], float] | None = None,
                cut_stalls: bool = True) -> Callable:
     """Map driver errors to one readable ``StoreError`` line, retrying the ones a new connection cures.
 
     A call that failed because the connection went away (PostgreSQL: a
     server restart, an idle cut, a terminated backend) or because another
     SQLite writer held the lock past the busy timeout is run again on a fresh
-    connection, until ``retry_for()`` seconds (default ``RETRY_FOR_S``, capped
+    connection, until ``retry_for(store)`` seconds (default ``RETRY_FOR_S``, capped
     by ``store.retry_for``) have passed. Only the outermost store call of a
     thread retries (a nested call's transaction is its caller's). Every write
     Dayflow retries is safe to repeat: it is conditioned on the lease, or
@@ -144,7 +144,7 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[[], float]
             outermost = depth == 0
             _retry_state.depth = depth + 1
             if retry_for is not None:
-                window = retry_for()
+                window = retry_for(self)
             else:
                 window = RETRY_FOR_S if self.retry_for is None else min(RETRY_FOR_S, self.retry_for)
             cap = getattr(_retry_state, "cap", None)

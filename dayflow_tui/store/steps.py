@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from .. import clock, settings
+from .. import clock
 from ..errors import RunBusy, StoreError
 from ..testhook import pause_point
 from .leases import Lease
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .core import Store
 
 
-def _commit_window() -> float:
-    return settings.current().commit_retry_s
+def _commit_window(store: "Store") -> float:
+    return store.commit_window()
 
 
 @dataclass
@@ -131,7 +131,8 @@ class StepQueries:
         with self.write_transaction():
             # The lease first: a driver that lost its run is told so (RunBusy, exit 4),
             # not that the new owner has already recorded these results.
-            self._set_run(run_id, lease)
+            if self.db.execute_sql(*_touch_run_statement(self.db, now, run_id, lease)).rowcount != 1:
+                raise RunBusy(f"run {run_id} was taken over by another process")
             cursor = self.db.execute_sql(*_tool_results_statement(self.db, encoded, now, run_id, n))
             if cursor.rowcount != 1:
                 stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
@@ -243,3 +244,21 @@ def _tool_results_statement(db: peewee.Database, encoded: str, now: Any, run_id:
     if isinstance(now, str):
         return _tool_results_sql(db.param, db.quote, None), [encoded, now, run_id, n]
     return _tool_results_sql(db.param, db.quote, now.sql), [encoded, run_id, n]
+
+
+@functools.lru_cache(maxsize=None)
+def _touch_run_sql(param: str, quote: str, with_lease: bool, now_sql: str | None) -> str:
+    where = f"{_quoted(quote, Run.id.column_name)} = {param}"
+    if with_lease:
+        where += f" AND {_quoted(quote, Run.lease_token.column_name)} = {param}"
+    return (f"UPDATE {_quoted(quote, Run._meta.table_name)} SET {_quoted(quote, Run.updated_at.column_name)} = "
+            f"{now_sql or param} WHERE {where}")
+
+
+def _touch_run_statement(db: peewee.Database, now: Any, run_id: str, lease: Lease | None) -> tuple[str, list]:
+    """The run's ``updated_at`` moved, under the lease when given: 0 rows means another process holds it."""
+    params: list = [] if not isinstance(now, str) else [now]
+    params.append(run_id)
+    if lease is not None:
+        params.append(lease.token)
+    return _touch_run_sql(db.param, db.quote, lease is not None, None if isinstance(now, str) else now.sql), params
