@@ -80,7 +80,8 @@ def time_transcript(path: Path, run_id: str) -> tuple[float, float]:
     async def measure() -> None:
         app = DayflowApp(store)
         async with app.run_test(size=SIZE) as pilot:
-            await _until(pilot, lambda: app.screen.query(RunTable))
+            await _until(pilot, lambda: app.screen.query(RunTable)
+                         and run_id in app.screen.query_one(RunTable).window.positions)
             app.screen.query_one(RunTable).select_run(run_id)
             await pilot.pause()
             started = time.perf_counter()

@@ -10,11 +10,9 @@ from textual.widgets import TextArea
 from dayflow_tui.agent import loop
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX
 from dayflow_tui.tui.app import DayflowApp
-from dayflow_tui.tui.screens.transcript import TranscriptScreen
-from dayflow_tui.tui.widgets.run_table import RunTable
 
 from .long_run_model import LongRunClient
-from .tui_helpers import SIZE, screen_text, wait_for
+from .tui_helpers import SIZE, open_run, screen_text, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -31,9 +29,7 @@ async def test_next_request_toggle_shows_the_compacted_request_and_both_estimate
     assert preview.compacted
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        app.screen.query_one(RunTable).select_run("run-compact-01")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen) and app.screen.run)
+        await open_run(pilot, "run-compact-01")
         screen = app.screen
         await pilot.press("G", "k")  # the last step (G is the "stopped" entry after it): sent compacted
         await wait_for(pilot, lambda: "compacted to ~" in screen_text(app))

@@ -340,7 +340,7 @@ async def test_the_run_list_drops_runs_pruned_by_another_process(db_target, stor
     from dayflow_tui.tui.app import DayflowApp
     from dayflow_tui.tui.widgets.run_table import RunTable
 
-    from .tui_helpers import SIZE, screen_text, wait_for
+    from .tui_helpers import SIZE, screen_text, settle, wait_for
 
     monkeypatch.setenv("DAYFLOW_FAKE_NOW", clock.iso(clock.now() - timedelta(days=60)))
     old = [run_brief(store, client=CountingClient(), user_msg=f"old brief {i}").run_id for i in range(3)]
@@ -348,7 +348,7 @@ async def test_the_run_list_drops_runs_pruned_by_another_process(db_target, stor
     new = [run_brief(store, client=CountingClient()).run_id for _ in range(2)]
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         table = app.screen.query_one(RunTable)
         assert table.total == 5
         pruned = dayflow("prune", "--older-than", "30d", db=db_target)

@@ -14,7 +14,7 @@ from dayflow_tui.tui.app import DayflowApp
 from dayflow_tui.tui.screens.run_list import RunListScreen
 from dayflow_tui.tui.screens.search import SearchableTranscript, SearchScreen
 
-from .tui_helpers import SIZE, SteadyTimer, footer_ready, screen_text, wait_for
+from .tui_helpers import SIZE, SteadyTimer, footer_ready, screen_text, select_loaded, settle, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -58,9 +58,8 @@ async def test_search_as_you_type_then_the_match_then_back_where_you_were(store)
     app = DayflowApp(store)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await select_loaded(pilot, "run-failed-01")
             table = app.screen.query_one("RunTable")
-            table.select_run("run-failed-01")
             row_before = table.cursor
             await pilot.press("slash")
             assert isinstance(app.screen, SearchScreen)
@@ -129,8 +128,7 @@ async def test_slash_in_a_transcript_searches_that_run(store):
     demo_data.done_run(store, "run-done-0002", demo_data.BASE_TIME + demo_data.timedelta(minutes=5))
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.screen.query_one("RunTable").select_run("run-done-0001")
+        await select_loaded(pilot, "run-done-0001")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SearchableTranscript) and app.screen.run)
         screen = app.screen
@@ -155,7 +153,7 @@ async def test_a_bad_query_says_why_and_keeps_the_screen(store):
     demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("slash")
         await type_text(pilot, 'in:nowhere "open')
         await wait_for(pilot, lambda: "unclosed quote" in str(app.screen.query_one("#search-status").content))
@@ -214,7 +212,7 @@ async def test_the_beginning_of_a_run_id_finds_that_run_first(store):
     demo_data.failed_run(store, "run-failed-01", demo_data.BASE_TIME + demo_data.timedelta(minutes=5))
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("slash")
         await type_text(pilot, "run-fai")
         await wait_for(pilot, lambda: "by id" in str(app.screen.query_one("#search-status").content))

@@ -15,10 +15,9 @@ from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
 from dayflow_tui.tui.cost_view import ResumeDialog
 from dayflow_tui.tui.screens.transcript import TranscriptScreen
-from dayflow_tui.tui.widgets.run_table import RunTable
 
 from .conftest import CountingClient
-from .tui_helpers import SIZE, screen_text, wait_for
+from .tui_helpers import SIZE, open_run, screen_text, settle, wait_for
 
 pytestmark = pytest.mark.anyio
 PRICED_OFFLINE = '{"offline": {"input": 3, "output": 15}}'  # the offline model priced like Claude Sonnet
@@ -35,10 +34,7 @@ def priced(monkeypatch):
 
 
 async def _open(pilot, run_id: str) -> TranscriptScreen:
-    pilot.app.screen.query_one(RunTable).select_run(run_id)
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.run)
-    return pilot.app.screen
+    return await open_run(pilot, run_id)
 
 
 async def test_a_resume_over_the_threshold_waits_for_a_confirm_and_cancel_pays_nothing(store, monkeypatch):
@@ -87,7 +83,7 @@ async def test_a_cheap_resume_goes_ahead_without_asking(store):
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("r")  # the default threshold is $0.10; this call costs about a cent
         await wait_for(pilot, lambda: store.get_run("run-crash-001").status == "done" and not app.is_driving)
         assert client.calls == 2 and not isinstance(app.screen, ResumeDialog)
@@ -100,6 +96,7 @@ async def test_the_spend_panel_and_the_tokens_or_dollars_switch(store, monkeypat
     total = costs.run_cost(store, "run-done-0001").total
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
         await wait_for(pilot, lambda: "…" not in str(app.screen.query_one("#spend").render()))
         text = screen_text(app)
         older = costs.run_cost(store, "run-done-0002").total

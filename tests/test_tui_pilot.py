@@ -11,7 +11,7 @@ import time
 
 import pytest
 from textual.widgets import OptionList, TextArea
-from .tui_helpers import SIZE, TUI_BIN, GateClient, screen_text, wait_for
+from .tui_helpers import SIZE, TUI_BIN, GateClient, open_run, screen_text, settle, wait_for
 
 from .conftest import CountingClient, dayflow_cmd
 from dayflow_tui.agent.messages import rebuild_messages
@@ -40,14 +40,11 @@ def _table(app) -> RunTable:
 
 def _shown_ids(app) -> list[str]:
     table = _table(app)
-    return [table.row(i).id for i in range(table.total)]
+    return [run.id for run in table.rows]
 
 
 async def _open(pilot, run_id: str) -> TranscriptScreen:
-    _table(pilot.app).select_run(run_id)
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.run)
-    return pilot.app.screen
+    return await open_run(pilot, run_id)
 
 
 async def test_r_resumes_an_interrupted_run_with_exactly_the_remaining_calls(store):
@@ -78,7 +75,7 @@ async def test_r_on_the_run_list_resumes_the_highlighted_run(store):
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         assert _table(app).current.id == "run-failed-01"
         await pilot.press("r")
         await wait_for(pilot, lambda: not app.is_driving and _table(app).current.status == "done")
@@ -91,7 +88,7 @@ async def test_r_on_a_budget_stopped_run_grants_the_same_allowance_again(store):
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("r")
         await wait_for(pilot, lambda: not app.is_driving and store.get_run("run-budget-01").step_count == 2)
         await wait_for(pilot, lambda: any(n.title == "Budget" for n in app._notifications))
@@ -106,7 +103,7 @@ async def test_the_mouse_selects_and_opens_runs_and_presses_resume(store):
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         table = _table(app)
         assert table.current.id == "run-crash-001"
         await pilot.click(RunTable, offset=(5, 1))
@@ -154,7 +151,7 @@ async def test_new_run_with_n_arrives_step_by_step(store):
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         assert "press n" in screen_text(app).lower() or "Press n" in screen_text(app)
         await pilot.press("n")
         await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen))
@@ -197,7 +194,7 @@ def _wait_db(condition, timeout=30.0):
 async def test_run_from_another_process_shows_up_without_input(db_target, store):
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         assert _table(app).total == 0
         env = dict(os.environ, DAYFLOW_OFFLINE_DELAY="0.4")
         proc = subprocess.Popen(dayflow_cmd("brief", "--db", str(db_target)), env=env,
@@ -220,15 +217,16 @@ async def test_an_old_run_changed_elsewhere_is_not_counted_as_new(db_target, sto
     demo_data.many_runs(store, 450)
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         table = _table(app)
         assert table.total == 451 and "run-old-0001" not in [r.id for r in table.rows]  # beyond the window
         done = subprocess.run(dayflow_cmd("resume", "run-old-0001", "--db", str(db_target)),
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        await wait_for(pilot, lambda: table._marker == store.change_marker())  # the tick has seen it
+        await wait_for(pilot, lambda: table.window.marker == store.change_marker())  # the tick has seen it
         assert table.total == 451
         await pilot.press("end")
+        await wait_for(pilot, lambda: table.current is not None)  # its page is read off the UI thread
         assert table.current.id == "run-old-0001" and table.current.status == "done"
 
 
@@ -269,7 +267,7 @@ async def test_markup_and_escape_codes_render_literally(store):
     demo_data.hostile_run(store, "run-hostile-1", demo_data.BASE_TIME)
     app = DayflowApp(store)
     async with app.run_test(size=(200, 50)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         listed = screen_text(app)
         assert "Summarise: [bold]not bold[/] [link=https://evil.example]click[/link] \\x1b[31mred?" in listed
         screen = await _open(pilot, "run-hostile-1")
@@ -336,7 +334,7 @@ async def test_run_list_pages_by_keyset_and_filters(store):
     demo_data.failed_run(store, "run-failed-01", demo_data.BASE_TIME.replace(year=2027))
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         table = _table(app)
         assert table.total == 451
         assert len(table.rows) < table.total  # only a window is loaded

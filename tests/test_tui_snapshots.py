@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 from textual.widgets import OptionList
-from .tui_helpers import SIZE, GateClient, SteadyTimer, footer_ready, wait_for
+from .tui_helpers import SIZE, GateClient, SteadyTimer, footer_ready, reads_done, select_loaded, wait_for
 
 from dayflow_tui.agent import loop
 from dayflow_tui.store import open_store
@@ -42,14 +42,13 @@ def _spend_read(pilot) -> bool:
 
 
 async def _list_ready(pilot) -> None:
-    await wait_for(pilot, lambda: _spend_read(pilot))
+    await wait_for(pilot, lambda: _spend_read(pilot) and reads_done(pilot.app))
 
 
 def _open_run(run_id: str):
     async def run_before(pilot):
         await _list_ready(pilot)
-        table = pilot.app.screen.query_one("RunTable")
-        table.select_run(run_id)
+        await select_loaded(pilot, run_id)
         await pilot.press("enter")
         await wait_for(pilot, lambda: pilot.app.screen.query("#steps")
                        and pilot.app.screen.query_one("#steps", OptionList).option_count > 0)

@@ -36,6 +36,45 @@ async def wait_for(pilot, condition, timeout: float = 30.0, step: float = 0.05) 
         raise AssertionError(str(exc)) from None
 
 
+def reads_done(app) -> bool:
+    """The dashboard's reader has answered everything asked of it, and the run list has its rows."""
+    from dayflow_tui.tui.widgets.run_table import RunTable
+
+    if not app.reader.idle():
+        return False
+    tables = app.screen.query(RunTable)
+    return not tables or tables.first().loaded_once
+
+
+async def settle(pilot) -> None:
+    """Wait until the reads the screen asked for are answered and applied."""
+    await wait_for(pilot, lambda: reads_done(pilot.app))
+    await pilot.pause()
+    await wait_for(pilot, lambda: reads_done(pilot.app))
+
+
+async def select_loaded(pilot, run_id: str) -> None:
+    """Put the run list's cursor on ``run_id`` once the reader has loaded its row."""
+    from dayflow_tui.tui.widgets.run_table import RunTable
+
+    def loaded() -> bool:
+        tables = pilot.app.screen.query(RunTable)
+        return bool(tables) and run_id in tables.first().window.positions
+
+    await wait_for(pilot, loaded)
+    pilot.app.screen.query_one(RunTable).select_run(run_id)
+
+
+async def open_run(pilot, run_id: str):
+    """Open ``run_id`` from the run list, as a user would, and wait for its transcript to be read."""
+    from dayflow_tui.tui.screens.transcript import TranscriptScreen
+
+    await select_loaded(pilot, run_id)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.run)
+    return pilot.app.screen
+
+
 def footer_ready(app) -> bool:
     """The footer has drawn its keys (it rebuilds itself after a screen change)."""
     return bool(app.screen.query("FooterKey"))

@@ -19,7 +19,7 @@ from textual.app import App
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import loop
-from ..errors import DayflowError, StoreError
+from ..errors import StoreError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..pricing import format_usd
@@ -29,6 +29,7 @@ from . import bindings
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
+from .read_model import Reader
 from .screens.help import HelpScreen
 from .screens.run_list import RunListScreen
 from .screens.search import SearchableTranscript
@@ -90,7 +91,10 @@ class DayflowApp(App):
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
         store.retry_for = 0.5  # polls run on a timer: fail fast and try again next tick
+        # Every read the screens show runs on this thread, never on the UI thread (read_model.py).
+        self.reader = Reader(store)
         self.sub_title = store.short_label
+        self.waiting_runs = 0
         self.reconnecting = False
         self.pricing: str | None = None  # a run whose resume waits for its price (then maybe a confirm)
         self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
@@ -98,6 +102,9 @@ class DayflowApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(RunListScreen())
+
+    def on_unmount(self) -> None:
+        self.reader.close()
 
     # -- navigation --------------------------------------------------------
 
@@ -113,7 +120,7 @@ class DayflowApp(App):
             # One state while the database is unreachable, not a toast per poll; polls go on.
             if not self.reconnecting:
                 self.reconnecting = True
-                self.sub_title = f"{self.store.short_label} · reconnecting…"
+                self._draw_sub_title()
             return
         self.notify(redacted_line(exc, 300), title="Error", severity="error")
 
@@ -121,7 +128,21 @@ class DayflowApp(App):
         """A poll reached the database: leave the reconnecting state (the poll has caught up)."""
         if self.reconnecting:
             self.reconnecting = False
-            self.sub_title = self.store.short_label
+            self._draw_sub_title()
+
+    def show_waiting(self, count: int) -> None:
+        """Runs waiting for a person's decision, counted in the title bar."""
+        if count != self.waiting_runs:
+            self.waiting_runs = count
+            self._draw_sub_title()
+
+    def _draw_sub_title(self) -> None:
+        label = self.store.short_label
+        if self.reconnecting:
+            label += " · reconnecting…"
+        if self.waiting_runs:
+            label += f" · ⏸ {self.waiting_runs} waiting"
+        self.sub_title = label
 
     # -- driving runs --------------------------------------------------------
 
@@ -142,55 +163,55 @@ class DayflowApp(App):
     def is_driving(self) -> bool:
         return self.drive_worker is not None and not self.drive_worker.is_finished
 
-    def resume_run(self, run_id: str, *, ask: bool = False) -> None:
+    def resume_run(self, run_id: str, *, ask: bool = False, run: Run | None = None) -> None:
         """Resume ``run_id`` once its next call is priced: at once, or after a confirm step.
 
         The confirm step (``ResumeDialog``) comes when the next call likely costs
         more than the settings' ``resume_confirm_usd``, or when asked (``B``); it
-        shows the price and sets the run's dollar budget.
+        shows the price and sets the run's dollar budget. ``run``: the row the
+        screen shows, checked at once; the worker reads it afresh with the price.
         """
-        run = self._resumable(run_id, pricing_too=True)
-        if run is not None:
-            self.pricing = run.id
-            self._price_resume(run.id, ask)
-
-    def _resumable(self, run_id: str, *, pricing_too: bool = False) -> Run | None:
-        """The run, when a resume from here may start now; else None, and the user is told why."""
-        try:
-            run = self.store.get_run(run_id)
-        except DayflowError as exc:
-            self.report_error(exc)
-            return None
-        blocker = self.resume_blocker(run)
-        if blocker is None and pricing_too and self.pricing is not None:
+        blocker = self.resume_blocker(run) if run is not None else None
+        if blocker is None and self.pricing is not None:
             blocker = f"the resume of run {self.pricing} is being priced"
         if blocker:
-            self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
-            return None
-        return run
+            self.notify(f"Run {run_id} cannot be resumed: {blocker}.", severity="warning")
+            return
+        self.pricing = run_id
+        self._price_resume(run_id, ask)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="price-resume")
     def _price_resume(self, run_id: str, ask: bool) -> None:
         from ..agent.resume_price import resume_estimate
 
+        run = None
         try:
-            estimate, error = resume_estimate(self.store, run_id), None
+            run = self.store.get_run(run_id)
+            estimate, error = resume_estimate(self.store, run.id), None
         except Exception as exc:  # priced or not, the resume itself reports what is wrong
             estimate, error = None, redacted_line(exc, 200)
         finally:
             self.store.close_thread_connection()
-        self.post_message(ResumePriced(run_id, estimate, error, then_resume=True, ask=ask))
+        self.post_message(ResumePriced(run_id, estimate, error, then_resume=True, ask=ask, run=run))
 
     @on(ResumePriced)
     def _resume_priced(self, message: ResumePriced) -> None:
         if not message.then_resume:
             return
         self.pricing = None
+        run = message.run
+        if run is None:
+            self.notify(f"Run {message.run_id} cannot be resumed: {message.error}.", severity="error")
+            return
+        blocker = self.resume_blocker(run)
+        if blocker:
+            self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
+            return
         from .. import settings
 
         threshold = settings.current().resume_confirm_usd
         if not (message.ask or needs_confirm(message.estimate, threshold)):
-            self._start_resume(message.run_id, None)
+            self._start_resume(run, None)
             return
         likely = message.estimate.call.likely_cost if message.estimate is not None else None
         reason = ("Set the run's dollar budget, then resume." if message.ask else
@@ -200,14 +221,15 @@ class DayflowApp(App):
 
         def decided(answer: tuple[bool, Decimal | None] | None) -> None:
             if answer and answer[0]:
-                self._start_resume(message.run_id, answer[1])
+                blocked = self.resume_blocker(run)
+                if blocked:
+                    self.notify(f"Run {run.id} cannot be resumed: {blocked}.", severity="warning")
+                    return
+                self._start_resume(run, answer[1])
 
         self.push_screen(ResumeDialog(message.run_id, message.estimate, budget, reason=reason), decided)
 
-    def _start_resume(self, run_id: str, budget_usd: Decimal | None) -> None:
-        run = self._resumable(run_id)
-        if run is None:
-            return
+    def _start_resume(self, run: Run, budget_usd: Decimal | None) -> None:
         limits = renewed_limits(run)
         if limits:
             granted = [f"{limits['max_steps'] - run.step_count} more steps" if "max_steps" in limits else "",

@@ -7,6 +7,8 @@ worker and comes back as a message.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import time
 from decimal import Decimal, InvalidOperation
@@ -32,9 +34,10 @@ class ResumePriced(Message):
     """A worker priced the next call of ``run_id`` (``estimate`` None: ``error`` says why not)."""
 
     def __init__(self, run_id: str, estimate: ResumeEstimate | None, error: str | None = None, *,
-                 then_resume: bool = False, ask: bool = False) -> None:
+                 then_resume: bool = False, ask: bool = False, run: Any = None) -> None:
         super().__init__()
         self.run_id = run_id
+        self.run = run  # the run as the worker read it (then_resume), so the UI thread need not read it
         self.estimate = estimate
         self.error = error
         self.then_resume = then_resume  # the app priced it to resume it (else: a transcript's line)

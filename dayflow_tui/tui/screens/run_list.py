@@ -36,7 +36,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         with Horizontal(id="filter-bar"):
             yield Static(id="filter-status")
         yield Static(id="table-header")
-        yield RunTable(self.store, id="runs")
+        yield RunTable(self.app.reader, id="runs")
         yield Static(id="empty")
         yield SpendPanel(id="spend")
         yield Footer()
@@ -60,6 +60,13 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def _show_state(self) -> None:
         table, empty = self.table, self.query_one("#empty", Static)
+        if not table.loaded_once:
+            table.display = False
+            self.query_one("#table-header", Static).display = False
+            empty.display = True
+            empty.update(Text("Reading runs…", style="dim"))
+            self.query_one("#filter-status", Static).update(Content(""))
+            return
         has_rows = table.total > 0
         table.display = has_rows
         self.query_one("#table-header", Static).display = has_rows
@@ -74,23 +81,24 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         if self.run_filter.search:
             shown += f" · search: {printable(self.run_filter.search)}"
         count = f"{table.total:,} run{'s' if table.total != 1 else ''}"
+        waiting = table.window.waiting
+        if waiting and self.run_filter.status != "waiting":
+            shown += f" · ⏸ {waiting:,} waiting for a decision (f to filter)"
         self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
+        self.app.show_waiting(waiting)
         self._draw_header()
+        self.call_after_refresh(self._draw_header)  # a header shown just now has its width after layout
         self.sync_bindings()
 
     def poll(self) -> None:
-        """Live tick: cheap marker check, then only the changed rows."""
-        try:
-            changed = self.table.poll()
-        except Exception as exc:  # a locked or vanished database must not kill the dashboard
-            self.app.report_error(exc)
-            return
-        self.app.connection_ok()
-        if changed:
-            self._show_state()
-            self.query_one(SpendPanel).refresh_totals()
-        else:
-            self.sync_bindings()
+        """Live tick: the reader checks the change marker, then reads only the changed rows."""
+        self.table.poll()
+        self.sync_bindings()
+
+    @on(RunTable.Changed)
+    def _table_changed(self) -> None:
+        self._show_state()
+        self.query_one(SpendPanel).refresh_totals()
 
     def run_changed(self, run_id: str) -> None:
         """The app says one of its workers committed to ``run_id``."""
@@ -123,11 +131,11 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def action_resume(self) -> None:
         if self.table.current is not None:
-            self.app.resume_run(self.table.current.id)
+            self.app.resume_run(self.table.current.id, run=self.table.current)
 
     def action_resume_with_budget(self) -> None:
         if self.table.current is not None:
-            self.app.resume_run(self.table.current.id, ask=True)
+            self.app.resume_run(self.table.current.id, ask=True, run=self.table.current)
 
     def action_cycle_filter(self) -> None:
         position = FILTERS.index(self.run_filter.status)

@@ -8,12 +8,14 @@ our worker or another process) are appended as they commit.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, OptionList, Sparkline, Static, TextArea
 from textual.widgets.option_list import Option
@@ -23,8 +25,8 @@ from ...errors import DayflowError
 from ...store.models import Run
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
-from ...store import effective_status
-from ...agent.transcript import StepView, build_steps
+from ...store import effective_status, is_connection_error
+from ...agent.transcript import StepView, attach_decisions, build_steps
 from ...costs import budget_text
 from ...pricing import Cost, format_usd
 from .. import bindings, formatting
@@ -32,6 +34,33 @@ from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
 
 POLL_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class TranscriptRead:
+    """What the reader found: the run, its steps so far, and their views when they changed."""
+
+    marker: tuple
+    run: Run
+    rows: tuple
+    views: list[StepView] | None
+    steps_changed: bool
+
+
+class TranscriptLoaded(Message):
+    def __init__(self, key: str, read: TranscriptRead | None, error: BaseException | None) -> None:
+        super().__init__()
+        self.key = key
+        self.read = read
+        self.error = error
+
+
+class RequestBuilt(Message):
+    def __init__(self, run_id: str, preview, error: BaseException | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.preview = preview
+        self.error = error
 BRIEF = "brief"
 MODES = ("detail", "raw", "request")
 
@@ -101,35 +130,75 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     def on_mount(self) -> None:
         self.query_one("#raw", TextArea).cursor_blink = False
         self.query_one("#request", TextArea).cursor_blink = False
-        try:
-            self._load()
-        except DayflowError as exc:
-            self.app.report_error(exc)
-            self.dismiss()
-            return
-        self._set_mode("detail")
+        self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "dim"))
+        self._load()
         self.query_one("#steps", OptionList).focus()
         self.set_interval(POLL_EVERY_S, self.poll)
 
-    # -- data --------------------------------------------------------------
+    # -- data (read on the app's reader thread, applied here) ---------------
 
-    def _load(self) -> None:
-        """Read the run and the steps that changed since last time; redraw only what changed."""
-        self._marker = self.store.change_marker()
-        run = self.store.get_run(self.run_id)
-        self.run_id = run.id
-        # The last known step may have gained its tool results since: re-read from it on.
-        from_n = self.rows[-1].n if self.rows else None
-        fresh = self.store.steps(self.run_id, from_n=from_n)
-        kept = [row for row in self.rows if from_n is None or row.n < from_n]
-        rows = kept + fresh
-        changed_steps = [(r.n, r.tool_results is not None) for r in rows] != \
-            [(r.n, r.tool_results is not None) for r in self.rows]
-        self.run = run
-        if changed_steps:
-            self.rows = rows
-            self.views = build_steps(rows, run.model)
-        self._redraw(steps_changed=changed_steps)
+    @property
+    def _read_key(self) -> str:
+        return f"transcript:{id(self)}"
+
+    def _load(self, *, if_changed: bool = False) -> None:
+        """Ask the reader for the run and the steps that changed since last time (``TranscriptRead`` answers)."""
+        store, run_id, rows, marker = self.store, self.run_id, tuple(self.rows), self._marker
+        approvals = getattr(store, "approvals", None)
+
+        def job() -> TranscriptRead | None:
+            now = store.change_marker()
+            if if_changed and now == marker:
+                return None
+            run = store.get_run(run_id)
+            # The last known step may have gained its tool results since: re-read from it on.
+            from_n = rows[-1].n if rows else None
+            fresh = store.steps(run.id, from_n=from_n)
+            kept = [row for row in rows if from_n is None or row.n < from_n]
+            merged = kept + fresh
+            changed = [(r.n, r.tool_results is not None) for r in merged] != \
+                [(r.n, r.tool_results is not None) for r in rows]
+            views = None
+            decided = approvals(run.id) if approvals is not None else []
+            if changed or decided:
+                views = build_steps(merged, run.model)
+                attach_decisions(views, decided)
+            return TranscriptRead(now, run, tuple(merged), views, changed or bool(decided))
+
+        def done(result, error) -> None:
+            self.post_message(TranscriptLoaded(self._read_key, result, error))
+
+        self.app.reader.submit(self._read_key, job, done)
+
+    @on(TranscriptLoaded)
+    def _loaded(self, message: TranscriptLoaded) -> None:
+        if message.key != self._read_key:
+            return
+        message.stop()
+        first = self.run is None
+        if message.error is not None:
+            self.app.report_error(message.error)
+            if first and not is_connection_error(message.error):
+                self.dismiss()
+            return
+        self.app.connection_ok()
+        read = message.read
+        if read is None:  # nothing committed since: an owner may have died without a commit
+            if self.run is not None:
+                self._draw_summary()
+                self._draw_resume_button()
+                self._draw_live()
+                self._draw_estimate()
+            return
+        self._marker = read.marker
+        self.run = read.run
+        self.run_id = read.run.id
+        if read.steps_changed:
+            self.rows = list(read.rows)
+            self.views = read.views or []
+        self._redraw(steps_changed=read.steps_changed)
+        if first:
+            self._set_mode(self.mode)
 
     def _redraw(self, *, steps_changed: bool) -> None:
         run = self.run
@@ -306,20 +375,9 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             live.display = False
 
     def poll(self) -> None:
-        """Live tick: another process (or our worker) may have committed steps."""
-        try:
-            marker = self.store.change_marker()
-            if marker != self._marker:
-                self._load()
-            else:  # an owner may have died without a commit
-                self._draw_summary()
-                self._draw_resume_button()
-                self._draw_live()
-                self._draw_estimate()
-        except DayflowError as exc:
-            self.app.report_error(exc)
-        else:
-            self.app.connection_ok()
+        """Live tick: another process (or our worker) may have committed steps (the reader checks)."""
+        if self.run is not None and not self.app.reader.pending(self._read_key):
+            self._load(if_changed=True)
 
     def run_changed(self, run_id: str) -> None:
         if run_id == self.run_id and self.is_mounted:
@@ -391,14 +449,26 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         area.text = printable(f"{view.raw_assistant}\n\n{results}")
 
     def _fill_request(self) -> None:
+        self.query_one("#request-title", Static).update(Content.styled("Next request: reading…", "dim"))
+        store, run_id = self.store, self.run_id
+
+        def done(preview, error) -> None:
+            self.post_message(RequestBuilt(run_id, preview, error))
+
+        self.app.reader.submit(f"request:{id(self)}", lambda: loop.next_request_preview(store, run_id), done)
+
+    @on(RequestBuilt)
+    def _request_built(self, message: RequestBuilt) -> None:
+        if message.run_id != self.run_id:
+            return
+        message.stop()
         title = self.query_one("#request-title", Static)
         area = self.query_one("#request", TextArea)
-        try:
-            preview = loop.next_request_preview(self.store, self.run_id)
-        except DayflowError as exc:
-            title.update(Content(f"Next request: cannot be built ({printable(one_line(exc, 200))})"))
+        if message.error is not None:
+            title.update(Content(f"Next request: cannot be built ({printable(one_line(message.error, 200))})"))
             area.text = ""
             return
+        preview = message.preview
         compacted = (f"compacted to ~{preview.est_after:,} tokens" if preview.compacted
                      else "not compacted")
         title.update(Content(f"Next request: {len(preview.messages)} messages, ~{preview.est_before:,} tokens "
@@ -444,11 +514,11 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self._set_mode("detail" if self.mode == "request" else "request")
 
     def action_resume(self) -> None:
-        self.app.resume_run(self.run_id)
+        self.app.resume_run(self.run_id, run=self.run)
         self._draw_resume_button()
 
     def action_resume_with_budget(self) -> None:
-        self.app.resume_run(self.run_id, ask=True)
+        self.app.resume_run(self.run_id, ask=True, run=self.run)
         self._draw_resume_button()
 
     @on(Button.Pressed, "#resume-button")

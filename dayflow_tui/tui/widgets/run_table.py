@@ -1,15 +1,15 @@
 """The run list: a line-API ``ScrollView`` over a keyset-paged window of runs.
 
-Only the rows scrolled into view are fetched (``store.list_runs`` a page at a
-time), so 100,000 runs open as fast as 10. Live updates redraw the rows the
-store reports as changed (``store.runs_updated_since``); new runs slot in at
-their place, newest first.
+Only the rows scrolled into view are fetched, a page at a time, and never on
+the UI thread: the dashboard's reader thread (``read_model.Reader``) runs the
+read model's queries and posts ``WindowRead`` with a frozen snapshot, which
+this widget swaps in. A row not loaded yet is drawn as a placeholder while its
+page is read, so 100,000 runs open as fast as 10 and a stalled database
+delays rows, not keys. Live updates (``poll``) redraw the rows the store
+reports as changed; new runs slot in at their place, newest first.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from rich.text import Text
 from textual import events
@@ -20,19 +20,13 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ...costs import NO_CALLS, RunCost, run_costs
+from ...costs import NO_CALLS
 from ...pricing import format_usd
 from ...store.models import Run
 from ...safe_text import one_line
-from ...store import Store, effective_status
+from ...store import effective_status
 from .. import formatting
-
-PAGE = 200
-# Stored status that each shown status comes from ("interrupted" is a running run with a dead owner).
-STORED_STATUS = {"interrupted": "running"}
-# Runs with these shown statuses are few, so a filter on them loads them all and filters in Python.
-LIVENESS_FILTERS = ("running", "interrupted")
-LIVENESS_LIMIT = 10_000
+from ..read_model import PAGE, Reader, RunFilter, RunListModel, RunWindow
 
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
@@ -62,33 +56,6 @@ def header_text(width: int) -> Text:
     return _cells([(title, "") for title, _w, _r in COLUMNS], width)
 
 
-@dataclass(frozen=True)
-class RunFilter:
-    status: str | None = None  # a shown status (formatting.STATUS_ORDER) or None for all
-    search: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return bool(self.status or self.search)
-
-    def stored(self) -> list[str] | None:
-        return [STORED_STATUS.get(self.status, self.status)] if self.status else None
-
-    def matches(self, run: Run) -> bool:
-        if self.status and effective_status(run) != self.status:
-            return False
-        if self.search:
-            needle = self.search.casefold()
-            haystack = [run.user_msg, getattr(run, "final_text", None), run.error]
-            if not run.id.startswith(self.search) and not any(needle in (h or "").casefold() for h in haystack):
-                return False
-        return True
-
-
-def _key(run: Run) -> tuple[str, str]:
-    return (run.created_at, run.id)
-
-
 class RunTable(ScrollView, can_focus=True):
     """Runs newest first, one line each; Enter opens the highlighted run."""
 
@@ -101,6 +68,7 @@ class RunTable(ScrollView, can_focus=True):
         "run-table--failed",
         "run-table--budget",
         "run-table--queued",
+        "run-table--waiting",
         "run-table--dim",
     }
     BINDINGS = [
@@ -125,149 +93,117 @@ class RunTable(ScrollView, can_focus=True):
             super().__init__()
             self.run_id = run_id
 
-    def __init__(self, store: Store, *, page: int = PAGE, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.store = store
-        self.page = page
-        self.filter = RunFilter()
-        self.rows: list[Run] = []
-        self.costs: dict[str, RunCost] = {}  # by run id, read with the rows (costs.run_costs)
-        self.total = 0
-        self._positions: dict[str, int] = {}
-        self._exhausted = False
-        self._marker: tuple | None = None
-        self._last_seen = ""
+    class WindowRead(Message):
+        """The reader's answer: a new snapshot (None: the poll found nothing new), or why it failed."""
 
-    # -- data --------------------------------------------------------------
+        def __init__(self, window: RunWindow | None, error: BaseException | None = None) -> None:
+            super().__init__()
+            self.window = window
+            self.error = error
+
+    class Changed(Message):
+        """What the table shows changed (rows, the total, or the filter it shows)."""
+
+    def __init__(self, reader: Reader, *, page: int = PAGE, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.reader = reader
+        self.model = RunListModel(reader.store, page=page)
+        self.window = RunWindow()
+        self.filter = RunFilter()  # the filter asked for; ``window.filter`` is the one shown
+        self.loaded_once = False
+        self._want_row = -1  # the furthest row a page read was asked for
+
+    # -- data (read on the reader thread, applied here) ---------------------
+
+    @property
+    def rows(self) -> tuple[Run, ...]:
+        return self.window.rows
+
+    @property
+    def total(self) -> int:
+        return self.window.total
+
+    @property
+    def costs(self):
+        return self.window.costs
+
+    def _read(self, key: str, job) -> None:
+        def done(window, error) -> None:
+            self.post_message(self.WindowRead(window, error))
+
+        self.reader.submit(key, job, done)
 
     def reload(self, run_filter: RunFilter | None = None, keep: str | None = None) -> None:
         """Start over from the newest run (on open, on a new filter); ``keep`` re-selects a run id."""
         if run_filter is not None:
             self.filter = run_filter
-        self._marker = self.store.change_marker()
-        self.rows, self._positions, self._exhausted = [], {}, False
-        if self.filter.status in LIVENESS_FILTERS:
-            candidates = self.store.list_runs(limit=LIVENESS_LIMIT, status=self.filter.stored(),
-                                              search=self.filter.search)
-            self.rows = [run for run in candidates if self.filter.matches(run)]
-            self.total, self._exhausted = len(self.rows), True
-            self._read_costs(self.rows)
-        else:
-            self.total = self.store.count_runs(status=self.filter.stored(), search=self.filter.search)
-            self._load_until(self.page - 1)
-        self._reindex()
-        self._last_seen = max((run.updated_at for run in self.rows), default="")
-        position = self._positions.get(keep, 0) if keep else 0
+        wanted = self.filter
+        self._read("runs:reload", lambda: self.model.reload(wanted, keep))
+
+    def poll(self) -> None:
+        """One live-update tick, read off the UI thread (skipped while the last one is still out)."""
+        if self.reader.pending("runs:poll") or self.reader.pending("runs:reload"):
+            return
+        keep = self.current.id if self.current else None
+        self._read("runs:poll", lambda: self.model.poll(keep))
+
+    def _page_in(self, index: int) -> None:
+        """Ask for the page holding row ``index`` (drawn as a placeholder until it comes)."""
+        if index <= self._want_row or self.window.exhausted:
+            return
+        self._want_row = index + self.model.page // 2
+        target = self._want_row
+        self._read("runs:page", lambda: self.model.load_until(target))
+
+    def on_run_table_window_read(self, message: WindowRead) -> None:
+        message.stop()
+        if message.error is not None:
+            self.post_message(self.Changed())  # the screen reports the error through the app
+            self.app.report_error(message.error)
+            return
+        self.app.connection_ok()
+        window = message.window
+        if window is None or window.version <= self.window.version:
+            if not self.loaded_once:
+                return
+            self.refresh()  # liveness (a killed owner) and "activity" age change without a commit
+            return
+        keep = self.current.id if self.current else None
+        at_top = self.scroll_offset.y == 0 and self.cursor == 0
+        self.window = window
+        self.loaded_once = True
+        if window.reloaded:
+            self._want_row = len(window.rows) - 1
         self._resize()
-        self.cursor = min(position, max(self.total - 1, 0))
+        if window.reloaded:
+            position = window.positions.get(window.keep, 0) if window.keep else 0
+            self.cursor = min(position, max(window.total - 1, 0))
+        elif keep is not None and keep in window.positions and not at_top:
+            self.cursor = window.positions[keep]
         self.refresh()
-
-    def _load_until(self, index: int) -> None:
-        """Fetch pages (keyset on the last loaded row) until row ``index`` is loaded."""
-        while not self._exhausted and len(self.rows) <= index:
-            want = max(self.page, index + 1 - len(self.rows))
-            before = _key(self.rows[-1]) if self.rows else None
-            batch = self.store.list_runs(limit=want, before=before, status=self.filter.stored(),
-                                         search=self.filter.search)
-            start = len(self.rows)
-            self.rows.extend(batch)
-            self._read_costs(batch)
-            for offset, run in enumerate(batch):
-                self._positions[run.id] = start + offset
-                self._last_seen = max(self._last_seen, run.updated_at)
-            if len(batch) < want:
-                self._exhausted = True
-                self.total = len(self.rows)
-
-    def _read_costs(self, runs: list[Run]) -> None:
-        """The dollars of these rows: one aggregate query over their steps."""
-        if runs:
-            self.costs.update(run_costs(self.store, [run.id for run in runs]))
-
-    def _reindex(self) -> None:
-        self._positions = {run.id: i for i, run in enumerate(self.rows)}
+        current = self.current
+        self.post_message(self.Highlighted(current.id if current else None))
+        self.post_message(self.Changed())
 
     def _resize(self) -> None:
         self.virtual_size = Size(self.size.width, self.total)
 
     def row(self, index: int) -> Run | None:
+        """Row ``index`` if it is loaded (a page read is started when it is not)."""
         if index < 0 or index >= self.total:
             return None
-        self._load_until(index)
-        return self.rows[index] if index < len(self.rows) else None
+        run = self.window.row(index)
+        if run is None:
+            self._page_in(index)
+        return run
 
     @property
     def current(self) -> Run | None:
-        return self.row(self.cursor)
+        return self.window.row(self.cursor) if self.total else None
 
     def select_run(self, run_id: str) -> None:
-        if run_id in self._positions:
-            self.cursor = self._positions[run_id]
-
-    def poll(self) -> bool:
-        """One live-update tick: apply what other connections committed. True when rows changed."""
-        marker = self.store.change_marker()
-        if marker == self._marker:
-            self.refresh()  # liveness (a killed owner) and "activity" age change without a commit
-            return False
-        self._marker = marker
-        changed = self.store.runs_updated_since(self._since())
-        if self._runs_were_removed(changed):
-            self.reload(keep=self.current.id if self.current else None)
-            return True
-        if self.filter.active and any(run.id not in self._positions for run in changed):
-            self.reload(keep=self.current.id if self.current else None)
-            return True
-        keep = self.current.id if self.current else None
-        inserted = 0
-        self._read_costs(changed)
-        for run in changed:
-            self._last_seen = max(self._last_seen, run.updated_at)
-            position = self._positions.get(run.id)
-            if position is not None:
-                self.rows[position] = run
-                continue
-            # Not loaded. Every run newer than the last loaded row is loaded, so one that sorts there
-            # is new: slot it in. An older one is not loaded yet (paging will fetch it as it is now).
-            key = _key(run)
-            if self._exhausted or not self.rows or key > _key(self.rows[-1]):
-                slot = next((i for i, row in enumerate(self.rows) if _key(row) < key), len(self.rows))
-                self.rows.insert(slot, run)
-                self._reindex()
-                inserted += 1
-        if inserted:
-            self.total = len(self.rows) if self._exhausted else self.store.count_runs()
-        if inserted or changed:
-            at_top = self.scroll_offset.y == 0
-            self._resize()
-            if keep is not None and keep in self._positions:
-                self.cursor = self._positions[keep] if not (at_top and self.cursor == 0) else 0
-            self.refresh()
-        return bool(changed)
-
-    def _runs_were_removed(self, changed: list[Run]) -> bool:
-        """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
-
-        Fewer runs than shown plus the new ones that are about to slot in
-        means some went. One ``COUNT`` per poll that saw a commit (an index
-        scan: a few milliseconds at 100,000 runs).
-        """
-        if self.filter.status in LIVENESS_FILTERS:
-            return False  # running and interrupted runs are never removed
-        last = _key(self.rows[-1]) if self.rows else None
-        arriving = sum(1 for run in changed if run.id not in self._positions
-                       and (self._exhausted or last is None or _key(run) > last))
-        return self.store.count_runs(status=self.filter.stored(), search=self.filter.search) < self.total + arriving
-
-    def _since(self) -> str:
-        """A little before the newest ``updated_at`` seen: timestamps can tie (ms resolution, pinned clocks)."""
-        if not self._last_seen:
-            return ""
-        try:
-            moment = datetime.fromisoformat(self._last_seen.replace("Z", "+00:00")) - timedelta(seconds=1)
-        except ValueError:
-            return ""
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        if run_id in self.window.positions:
+            self.cursor = self.window.positions[run_id]
 
     # -- rendering ---------------------------------------------------------
 
@@ -295,7 +231,11 @@ class RunTable(ScrollView, can_focus=True):
         base = self.rich_style
         run = self.row(index)
         if run is None:
-            return Strip.blank(width, base)
+            if index >= self.total:
+                return Strip.blank(width, base)
+            dim = self.get_component_rich_style("run-table--dim", partial=True)
+            placeholder = Text("  …", style=dim, no_wrap=True, end="")
+            return Strip(list(placeholder.render(self.app.console))).extend_cell_length(width).apply_style(base)
         text = self._row_text(run, max(width, 1))
         strip = Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, None)
         if index == self.cursor:

@@ -1,0 +1,308 @@
+"""What the dashboard reads, as frozen snapshots built off the UI thread.
+
+The screens never call the store themselves: a thread worker asks a read
+model here, which runs the queries and returns an immutable snapshot; a
+message carries it to the UI thread, which swaps it in and redraws. A
+stalled or locked database therefore delays what is shown, never a key
+press. Nothing here imports Textual.
+
+``RunListModel`` serialises its operations with a lock and builds each
+snapshot from the newest one, so a poll, a page load and a reload that
+overlap (three workers) apply in order and none undoes another; every
+snapshot carries a version, and the widget ignores one older than what it
+shows.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Callable, Mapping
+
+from ..costs import RunCost, run_costs
+from ..store import Store, effective_status
+from ..store.models import Run
+
+PAGE = 200
+# Stored status that each shown status comes from ("interrupted" is a running run with a dead owner).
+STORED_STATUS = {"interrupted": "running"}
+# Runs with these shown statuses are few, so a filter on them loads them all and filters in Python.
+LIVENESS_FILTERS = ("running", "interrupted")
+LIVENESS_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    status: str | None = None  # a shown status (formatting.STATUS_ORDER) or None for all
+    search: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.search)
+
+    def stored(self) -> list[str] | None:
+        return [STORED_STATUS.get(self.status, self.status)] if self.status else None
+
+    def matches(self, run: Run) -> bool:
+        if self.status and effective_status(run) != self.status:
+            return False
+        if self.search:
+            needle = self.search.casefold()
+            haystack = [run.user_msg, getattr(run, "final_text", None), run.error]
+            if not run.id.startswith(self.search) and not any(needle in (h or "").casefold() for h in haystack):
+                return False
+        return True
+
+
+def run_key(run: Run) -> tuple[str, str]:
+    return (run.created_at, run.id)
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """The loaded part of the run list: the newest rows, in order, and how many there are in all.
+
+    ``rows`` are read-only by agreement (Peewee rows, never written back).
+    ``keep``: the run a reload asked to stay on (its new position is in
+    ``positions``); ``changed``: whether this snapshot differs from the last.
+    """
+
+    version: int = 0
+    filter: RunFilter = RunFilter()
+    rows: tuple[Run, ...] = ()
+    positions: Mapping[str, int] = field(default_factory=dict)
+    costs: Mapping[str, RunCost] = field(default_factory=dict)
+    total: int = 0
+    exhausted: bool = False
+    marker: tuple | None = None
+    last_seen: str = ""
+    keep: str | None = None
+    reloaded: bool = False
+    changed: bool = False
+    waiting: int = 0  # runs waiting for a person's decision (the title bar's count)
+
+    def row(self, index: int) -> Run | None:
+        return self.rows[index] if 0 <= index < len(self.rows) else None
+
+
+class RunListModel:
+    """Builds ``RunWindow`` snapshots; every method runs on a worker thread and may raise ``StoreError``."""
+
+    def __init__(self, store: Store, *, page: int = PAGE) -> None:
+        self.store = store
+        self.page = page
+        self._lock = threading.Lock()
+        self._window = RunWindow()
+
+    @property
+    def window(self) -> RunWindow:
+        return self._window
+
+    def _commit(self, window: RunWindow) -> RunWindow:
+        self._window = replace(window, version=self._window.version + 1)
+        return self._window
+
+    def reload(self, run_filter: RunFilter, keep: str | None = None, *, until: int = 0) -> RunWindow:
+        """Start over from the newest run (on open, on a new filter), loading at least ``until`` rows."""
+        with self._lock:
+            store = self.store
+            marker = store.change_marker()
+            if run_filter.status in LIVENESS_FILTERS:
+                candidates = store.list_runs(limit=LIVENESS_LIMIT, status=run_filter.stored(),
+                                             search=run_filter.search)
+                rows = [run for run in candidates if run_filter.matches(run)]
+                window = RunWindow(filter=run_filter, rows=tuple(rows), total=len(rows), exhausted=True,
+                                   marker=marker, costs=self._costs(rows, {}))
+            else:
+                total = store.count_runs(status=run_filter.stored(), search=run_filter.search)
+                window = self._loaded(RunWindow(filter=run_filter, total=total, marker=marker),
+                                      max(self.page - 1, until))
+            window = replace(window, positions=_positions(window.rows), keep=keep, reloaded=True, changed=True,
+                             last_seen=max((run.updated_at for run in window.rows), default=""),
+                             waiting=self._waiting())
+            return self._commit(window)
+
+    def load_until(self, index: int) -> RunWindow | None:
+        """Page in rows until row ``index`` is loaded (None: it was already)."""
+        with self._lock:
+            window = self._window
+            if window.exhausted or index < len(window.rows):
+                return None
+            loaded = self._loaded(window, index)
+            return self._commit(replace(loaded, positions=_positions(loaded.rows), keep=None, reloaded=False,
+                                        changed=True))
+
+    def _loaded(self, window: RunWindow, index: int) -> RunWindow:
+        """Fetch pages (keyset on the last loaded row) until row ``index`` is loaded."""
+        rows, costs, exhausted, total = list(window.rows), dict(window.costs), window.exhausted, window.total
+        last_seen = window.last_seen
+        while not exhausted and len(rows) <= index:
+            want = max(self.page, index + 1 - len(rows))
+            before = run_key(rows[-1]) if rows else None
+            batch = self.store.list_runs(limit=want, before=before, status=window.filter.stored(),
+                                         search=window.filter.search)
+            rows.extend(batch)
+            costs = self._costs(batch, costs)
+            last_seen = max([last_seen] + [run.updated_at for run in batch])
+            if len(batch) < want:
+                exhausted, total = True, len(rows)
+        return replace(window, rows=tuple(rows), costs=costs, exhausted=exhausted, total=total, last_seen=last_seen)
+
+    def poll(self, keep: str | None) -> RunWindow | None:
+        """One live-update tick: what other connections committed since the last one (None: nothing)."""
+        with self._lock:
+            window = self._window
+            marker = self.store.change_marker()
+            if marker == window.marker:
+                return None
+            changed = self.store.runs_updated_since(_since(window.last_seen))
+            rebuild = self._runs_were_removed(window, changed) or (
+                window.filter.active and any(run.id not in window.positions for run in changed))
+            if not rebuild:
+                return self._commit(self._merged(window, changed, marker))
+        # Runs went (pruned) or a filtered list gained one: start over, as far down as was loaded.
+        return self.reload(window.filter, keep, until=max(len(window.rows) - 1, 0))
+
+    def _merged(self, window: RunWindow, changed: list[Run], marker: tuple) -> RunWindow:
+        rows = list(window.rows)
+        positions = dict(window.positions)
+        last_seen = window.last_seen
+        inserted = 0
+        for run in changed:
+            last_seen = max(last_seen, run.updated_at)
+            position = positions.get(run.id)
+            if position is not None:
+                rows[position] = run
+                continue
+            # Not loaded. Every run newer than the last loaded row is loaded, so one that sorts there
+            # is new: slot it in. An older one is not loaded yet (paging will fetch it as it is now).
+            key = run_key(run)
+            if window.exhausted or not rows or key > run_key(rows[-1]):
+                slot = next((i for i, row in enumerate(rows) if run_key(row) < key), len(rows))
+                rows.insert(slot, run)
+                positions = _positions(rows)
+                inserted += 1
+        total = window.total
+        if inserted:
+            total = len(rows) if window.exhausted else self.store.count_runs()
+        return replace(window, rows=tuple(rows), positions=positions, costs=self._costs(changed, window.costs),
+                       total=total, marker=marker, last_seen=last_seen, keep=None, reloaded=False,
+                       changed=bool(changed), waiting=self._waiting())
+
+    def _runs_were_removed(self, window: RunWindow, changed: list[Run]) -> bool:
+        """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
+
+        Fewer runs than shown plus the new ones that are about to slot in
+        means some went. One ``COUNT`` per poll that saw a commit (an index
+        scan: a few milliseconds at 100,000 runs).
+        """
+        if window.filter.status in LIVENESS_FILTERS:
+            return False  # running and interrupted runs are never removed
+        last = run_key(window.rows[-1]) if window.rows else None
+        arriving = sum(1 for run in changed if run.id not in window.positions
+                       and (window.exhausted or last is None or run_key(run) > last))
+        count = self.store.count_runs(status=window.filter.stored(), search=window.filter.search)
+        return count < window.total + arriving
+
+    def _costs(self, runs: list[Run], known: Mapping[str, RunCost]) -> dict[str, RunCost]:
+        """The dollars of these rows (one aggregate query over their steps), added to ``known``."""
+        costs = dict(known)
+        if runs:
+            costs.update(run_costs(self.store, [run.id for run in runs]))
+        return costs
+
+    def _waiting(self) -> int:
+        return self.store.waiting_count()
+
+
+def _positions(rows) -> dict[str, int]:
+    return {run.id: i for i, run in enumerate(rows)}
+
+
+def _since(last_seen: str) -> str:
+    """A little before the newest ``updated_at`` seen: timestamps can tie (ms resolution, pinned clocks)."""
+    if not last_seen:
+        return ""
+    try:
+        moment = datetime.fromisoformat(last_seen.replace("Z", "+00:00")) - timedelta(seconds=1)
+    except ValueError:
+        return ""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class Reader:
+    """One thread that runs the dashboard's reads in order, on one database connection.
+
+    ``submit(key, job, done)`` queues ``job``; ``done(result, error)`` is
+    called on the reader's thread (it posts a message: ``post_message`` is
+    thread-safe). A job queued under a key that is already waiting replaces
+    it, so a stalled database leaves one poll queued, not one per tick.
+    A thread of its own (not a worker per read) keeps one connection for
+    every read: on PostgreSQL a connection per poll would cost more than the
+    poll.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._queue: "queue.Queue[str | None]" = queue.Queue()
+        self._jobs: dict[str, tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.busy_with: str | None = None  # the key of the job running now
+
+    def submit(self, key: str, job: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            fresh = key not in self._jobs
+            self._jobs[key] = (job, done)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dayflow-dashboard-reader", daemon=True)
+                self._thread.start()
+        if fresh:
+            self._queue.put(key)
+
+    def pending(self, key: str) -> bool:
+        """Is a job under ``key`` queued or running?"""
+        with self._lock:
+            return key in self._jobs or self.busy_with == key
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing running (tests wait for this before they look)."""
+        with self._lock:
+            return not self._jobs and self.busy_with is None and self._queue.empty()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                key = self._queue.get()
+                if key is None:
+                    return
+                with self._lock:
+                    job, done = self._jobs.pop(key, (None, None))
+                    self.busy_with = key
+                if job is None:
+                    continue
+                try:
+                    result, error = job(), None
+                except BaseException as exc:  # handed to the screen, which says so; the reader goes on
+                    result, error = None, exc
+                    self.store.close_thread_connection()  # a dropped connection is not reused
+                finally:
+                    with self._lock:
+                        self.busy_with = None
+                try:
+                    done(result, error)
+                except Exception:  # the app is closing: nobody is left to tell
+                    pass
+        finally:
+            self.store.close_thread_connection()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._jobs.clear()
+        self._queue.put(None)
