@@ -62,6 +62,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(UsageError.exit_code, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: Dayflow's version with SQLite's, Textual's and the SDK's (looked up only when asked)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sqlite3
+        from importlib import metadata
+
+        def version_of(name: str) -> str:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                return "not installed"
+
+        print(f"dayflow {version_of('dayflow-tui')} (SQLite {sqlite3.sqlite_version}, Textual "
+              f"{version_of('textual')}, anthropic {version_of('anthropic')}, peewee {version_of('peewee')}, "
+              f"Python {sys.version.split()[0]})")
+        parser.exit(0)
+
+
 def _compact_threshold(text: str) -> int:
     """A token count, or ``off`` (0): the value of ``--compact-at``."""
     if text.strip().lower() == "off":
@@ -92,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="test hook: exit right after committing step N")
 
     parser = _Parser(prog="dayflow", description="Durable daily-brief agent runs.")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="Dayflow's version, with SQLite's, Textual's and the anthropic SDK's")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     brief = sub.add_parser("brief", parents=[common, driving], help="start a new run and print the brief")
@@ -144,8 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rebuild the search index from every stored run, then exit")
 
     show = sub.add_parser("show", parents=[common], help="print a run's transcript")
-    show.add_argument("run_id", metavar="RUN_ID")
-    show.add_argument("--raw", action="store_true", help="print the stored JSON of each step")
+    show.add_argument("run_id", metavar="RUN_ID", help="a run id, or the start of one")
+    raw = show.add_mutually_exclusive_group()
+    raw.add_argument("--raw", action="store_true", help="plain JSON, one document per step: the blocks and "
+                     "tool results as stored, the reply body as the API sent it, tokens")
+    raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
 
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
@@ -398,8 +425,43 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     store = _open(args, create=False, upgrade=False)
     run = store.get_run(args.run_id)
-    print_transcript(run, store.steps(run.id), raw=args.raw, run_cost=run_cost(store, run.id),
+    if args.raw or args.jsonl:
+        return _show_json(store, run, lines=args.jsonl)
+    print_transcript(run, store.steps(run.id), run_cost=run_cost(store, run.id),
                      resumes=run_resumes(store, run.id), approvals=store.approvals(run.id))
+    return 0
+
+
+def _show_json(store, run, *, lines: bool) -> int:
+    """``show --raw`` / ``--jsonl``: every step as data, never wrapped, boxed or styled.
+
+    A stored column that is not valid JSON (a damaged row) is given as the
+    text it holds, under ``*_unreadable``, so nothing stored is hidden.
+    """
+    import json
+
+    from .agent.replies import stored_raw
+
+    def parsed(text: str | None, name: str, into: dict) -> None:
+        if text is None:
+            into[name] = None
+            return
+        try:
+            into[name] = json.loads(text)
+        except ValueError:
+            into[name] = None
+            into[f"{name}_unreadable"] = text
+
+    for step in store.steps(run.id):
+        doc: dict = {"run_id": run.id, "n": step.n, "stop_reason": step.stop_reason, "model": step.model,
+                     "input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
+                     "cache_creation_input_tokens": step.cache_creation_input_tokens,
+                     "cache_read_input_tokens": step.cache_read_input_tokens, "duration_ms": step.duration_ms,
+                     "created_at": step.created_at}
+        parsed(step.assistant, "assistant", doc)
+        parsed(step.tool_results, "tool_results", doc)
+        parsed(stored_raw(step.raw, step.assistant), "reply_as_received", doc)
+        print(printable_json(doc, indent=None if lines else 2))
     return 0
 
 

@@ -92,3 +92,31 @@ def test_newer_schema_is_refused_by_the_cli(db_path):
     result = dayflow("runs", db=db_path)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "newer Dayflow" in result.stderr
+
+
+def test_show_raw_is_plain_json_per_step_and_jsonl_one_line_each(db_path):
+    """Never wrapped or boxed: `--raw` parses as one JSON document per step, `--jsonl` as one line per step, and
+    each holds the reply body as the API sent it."""
+    import json
+
+    assert dayflow("brief", db=db_path).returncode == 0
+    run_id = json.loads(dayflow("runs", "--json", db=db_path).stdout)[0]["id"]
+    lines = dayflow("show", run_id[:6], "--jsonl", db=db_path, env={**os.environ, "COLUMNS": "40"}).stdout
+    steps = [json.loads(line) for line in lines.splitlines()]
+    assert [s["n"] for s in steps] == [1, 2, 3]
+    assert steps[0]["reply_as_received"]["content"] == steps[0]["assistant"]
+    raw = dayflow("show", run_id, "--raw", db=db_path, env={**os.environ, "COLUMNS": "40"}).stdout
+    decoder, at, docs = json.JSONDecoder(), 0, []
+    while at < len(raw.strip()):
+        doc, at = decoder.raw_decode(raw, at)
+        docs.append(doc)
+        while at < len(raw) and raw[at].isspace():
+            at += 1
+    assert docs == steps
+    assert "╭" not in raw and "─" not in raw
+
+
+def test_version_names_the_libraries():
+    result = dayflow("--version", db=None)
+    assert result.returncode == 0
+    assert result.stdout.startswith("dayflow ") and "SQLite" in result.stdout and "Textual" in result.stdout
