@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import os
 import sys
@@ -177,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
     _add_approval_commands(sub, common)
+    _add_fork_commands(sub, common, driving)
 
     spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
     spend.add_argument("--since", metavar="SPAN|DATE",
@@ -374,7 +376,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
                  "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
                  "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
                  "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
-                 **run_cost_json(costs[r.id], r.budget_usd), "error": r.error} for r in runs]
+                 **run_cost_json(costs[r.id], r.budget_usd), "error": r.error, "parent_id": r.parent_id,
+                 "forked_at": r.forked_at} for r in runs]
         print(printable_json(rows))
         return 0
     if not runs:
@@ -382,18 +385,43 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print(f"no {args.status} runs", file=sys.stderr)
         else:
             print("no runs yet; start one with: dayflow brief", file=sys.stderr)
-    for r in runs:
+    for r, depth in _as_tree(runs):
         cost = costs[r.id]
-        line = (f"{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
+        indent = "  " * (depth - 1) + "└─ " if depth else ""
+        line = (f"{indent}{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
                 f"tokens={r.input_tokens}/{r.output_tokens}  cost={format_usd(cost.total, unknown='unknown')}  "
                 f"cache={cache_text(cost)}  {printable(r.model)}")
         budget = budget_text(r.budget_usd, cost.total)
         if budget:
             line += f"  budget={budget.replace(' ', '')}"
+        if r.parent_id and not depth:
+            line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
+        elif r.parent_id:
+            line += f"  at step {r.forked_at}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
         print(line)
     return 0
+
+
+def _as_tree(runs: list) -> list[tuple]:
+    """Runs newest first, each fork listed under its parent (when the parent is listed too), with its depth."""
+    listed = {r.id for r in runs}
+    children: dict[str, list] = {}
+    for r in runs:
+        if r.parent_id in listed:
+            children.setdefault(r.parent_id, []).append(r)
+    ordered: list[tuple] = []
+
+    def add(run, depth: int) -> None:
+        ordered.append((run, depth))
+        for child in reversed(children.get(run.id, [])):  # oldest fork first under its parent
+            add(child, depth + 1)
+
+    for r in runs:
+        if r.parent_id not in listed:
+            add(r, 0)
+    return ordered
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -1011,6 +1039,133 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 COMMANDS.update({"approve": cmd_approve, "deny": cmd_deny, "pending": cmd_pending})
+
+
+# -- time travel: fork, diff ------------------------------------------------------------------------------
+
+
+def _step_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step number, got {text!r}") from None
+    if value < 0 or value > 1_000_000:
+        raise argparse.ArgumentTypeError(f"expected a step number 0..1000000, got {text!r}")
+    return value
+
+
+def _add_fork_commands(sub, common: argparse.ArgumentParser, driving: argparse.ArgumentParser) -> None:
+    fork = sub.add_parser("fork", parents=[common, driving],
+                          help="a new run from another's first steps (changed if you like); no call until resumed")
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("--at", type=_step_number, required=True, metavar="K",
+                      help="copy steps 1..K: the fork's next call is the one the run made after step K")
+    fork.add_argument("--edit-result", action="append", default=[], metavar="STEP:TOOL_USE_ID=FILE|-",
+                      help="replace one tool result (of a copied step) with this file's text (repeatable)")
+    fork.add_argument("--append", metavar="TEXT", help="a note to the model after step K, labelled as yours")
+    fork.add_argument("--model", help="the model the fork calls (default: the run's)")
+    fork.add_argument("--run", action="store_true", help="go on at once (else: dayflow resume NEW_ID)")
+    diff = sub.add_parser("diff", parents=[common], help="compare two runs step by step")
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--json", action="store_true", help="the same as data")
+
+
+def _edits(specs: list[str]) -> dict[tuple[int, str], str]:
+    edits: dict[tuple[int, str], str] = {}
+    stdin_used = False
+    for spec in specs:
+        where, sep, source = spec.partition("=")
+        step_text, colon, tool_use_id = where.partition(":")
+        if not sep or not colon or not source or not tool_use_id.strip():
+            raise UsageError(f"--edit-result {printable(spec)}: expected STEP:TOOL_USE_ID=FILE (or =- for stdin)")
+        try:
+            n = int(step_text)
+        except ValueError:
+            raise UsageError(f"--edit-result {printable(spec)}: {printable(step_text)!r} is not a step number") from None
+        if source == "-":
+            if stdin_used:
+                raise UsageError("--edit-result: only one result can come from standard input")
+            stdin_used = True
+        text = _read_edit(source) if source != "-" else sys.stdin.read()
+        if len(text) > 1_000_000:
+            raise UsageError(f"--edit-result {printable(spec)}: more than 1,000,000 characters")
+        edits[(n, tool_use_id.strip())] = text
+    return edits
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from .agent.messages import messages_from
+    from .store.forks import ForkPlan
+
+    if args.append is not None and not args.append.strip():
+        raise UsageError("--append needs some text")
+    if args.model is not None and (not args.model.strip() or len(args.model) > 200):
+        raise UsageError("--model needs a model name")
+    edits = _edits(args.edit_result)  # every file read and checked before the database is opened for writing
+    store = _open(args, create=False)
+    plan = ForkPlan(at=args.at, results=edits, note=args.append, model=args.model, max_steps=args.max_steps,
+                    budget_tokens=args.budget, budget_usd=args.budget_usd)
+    fork = store.fork_run(args.run_id, plan, check=lambda run, steps: messages_from(run, steps))
+    print(fork.id)
+    changes = []
+    if edits:
+        changes.append(f"{len(edits)} tool result(s) replaced")
+    if args.append:
+        changes.append("your note added")
+    changed = f" ({', '.join(changes)})" if changes else ""
+    print(f"[fork {fork.id}] of run {fork.parent_id} at step {fork.forked_at}{changed}; "
+          + ("going on now" if args.run else f"continue it with: dayflow resume {fork.id}"), file=sys.stderr)
+    if not args.run:
+        return 0
+    from .agent.loop import resume
+
+    options = _driving_options(args)
+    result = resume(fork.id, store=store, **options)
+    if result.replayed_steps:
+        print(f"[fork {fork.id}] {_saved(result)}", file=sys.stderr)
+    return _finish(result)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .agent.run_diff import diff_runs
+
+    store = _open_for_reading(args)
+    a, b = store.get_run(args.run_a), store.get_run(args.run_b)
+    found = diff_runs(a, store.steps(a.id), b, store.steps(b.id))
+    if args.json:
+        print(printable_json(found.as_json()))
+        return 0
+    print(f"diff {a.id} (a) .. {b.id} (b)" + (f"; steps 1..{found.common_fork} are shared copies"
+                                               if found.common_fork else ""))
+    for step in found.steps:
+        if step.state in ("same", "shared"):
+            print(f"step {step.n:>3}  {step.state}")
+            continue
+        if step.state in ("only_a", "only_b"):
+            side = "a" if step.state == "only_a" else "b"
+            print(f"step {step.n:>3}  only in {side}")
+            continue
+        (ta, tb) = step.tokens
+        word = "results differ" if step.state == "results_differ" else "differs"
+        print(f"step {step.n:>3}  {word}  stop {printable(step.stop_reason[0])} -> {printable(step.stop_reason[1])}"
+              f"  tokens {ta[0]}/{ta[1]} -> {tb[0]}/{tb[1]}")
+        for line in step.text_diff:
+            print(f"    text {one_line(line, 200)}")
+        for call in step.calls:
+            left = f"{call.a['name']}({one_line(json.dumps(call.a['input'], ensure_ascii=False), 120)})" if call.a else "-"
+            right = f"{call.b['name']}({one_line(json.dumps(call.b['input'], ensure_ascii=False), 120)})" if call.b else "-"
+            print(f"    call #{call.index + 1}: {printable(left)} -> {printable(right)}")
+        for result in step.results:
+            print(f"    result #{result.index + 1}: {one_line(result.a or '-', 100)} -> {one_line(result.b or '-', 100)}")
+    (ia, oa), (ib, ob) = found.tokens
+    where = f"first divergence at step {found.first_divergence}" if found.first_divergence else "no divergence"
+    print(f"{where}; tokens {ia}/{oa} (a) vs {ib}/{ob} (b), {ib + ob - ia - oa:+,}; "
+          f"calls {found.calls[0]} vs {found.calls[1]}, {found.calls[1] - found.calls[0]:+}")
+    return 0
+
+
+COMMANDS.update({"fork": cmd_fork, "diff": cmd_diff})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,9 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         if budget:
             header.append(f"  budget={budget.replace(' ', '')}")
     console.print(header)
+    if getattr(run, "parent_id", None):
+        console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
+                            "its copies (paid once, by the parent)", "dim"))
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
     views = build_steps(steps, run.model)
     attach_decisions(views, approvals or [])

@@ -661,7 +661,9 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
             driver.spend.largest_output = max(s.output_tokens for s in steps)
             last = steps[-1]
             assistant = step_blocks(last, "assistant") or []
-            final = _Driver._final_state(_record_of(last, assistant)) if assistant else None
+            # A final reply that a person answered (a fork's note after it) is not the end any more.
+            final = (_Driver._final_state(_record_of(last, assistant))
+                     if assistant and last.tool_results is None else None)
             if final is not None:
                 # The final response is committed; only the run's end was lost.
                 status, text, error = final

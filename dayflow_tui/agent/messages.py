@@ -93,8 +93,11 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
                 break
             raise _refuse(run.id, step.n, "a tool call has no stored result")
         if results is not None:
-            if not ids:
+            if not ids and any(block["type"] == "tool_result" for block in results):
                 raise _refuse(run.id, step.n, "tool results answer a turn with no tool call")
+            if not ids and not results:
+                raise _refuse(run.id, step.n, "an empty turn follows it")
+            # (no call and only text: a note a person added after this step, in a fork)
             _check_results(run.id, step, ids, results)
         messages.append({"role": "assistant", "content": assistant})
         if results is not None:

@@ -28,11 +28,13 @@ from .schema import migrate
 from .search import SearchQueries
 from .spend import SpendQueries
 from .approvals import ApprovalQueries
+from .forks import ForkQueries
 from .steps import StepQueries
 from .tasks import TaskQueries
 
 
-class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, SpendQueries, ApprovalQueries):
+class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, SpendQueries, ApprovalQueries,
+            ForkQueries):
     """One open Dayflow database. Each store owns its database handle; two in one process stay apart."""
 
     def __init__(self, backend: Backend):

@@ -101,6 +101,10 @@ class Run(BaseModel):
     # JSON list of the tool names whose calls wait for a person's decision (schema 7), fixed when the run
     # is created, so every host that drives it asks for the same approvals.
     approval_tools = TextField(null=True)
+    # A fork (schema 8): the run it was copied from and the last step copied (steps 1..forked_at are the
+    # parent's rows, paid once, by the parent).
+    parent_id = CharField(max_length=32, null=True, index=True)
+    forked_at = IntegerField(null=True)
     compact_at = IntegerField(null=True)
     error = TextField(null=True)
     owner_host = CharField(max_length=255, null=True)

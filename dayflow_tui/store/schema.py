@@ -88,9 +88,16 @@ def _add_approvals(store: "Store") -> None:
     store.db.create_tables([Approval], safe=True)
 
 
+def _add_lineage(store: "Store") -> None:
+    """Schema 8: a fork's parent run and fork point."""
+    add_column(store, Run, Run.parent_id)
+    add_column(store, Run, Run.forked_at)
+    store.db.execute_sql('CREATE INDEX IF NOT EXISTS "runs_parent_id" ON "runs" ("parent_id")')
+
+
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
-                                                    _add_approvals)
+                                                    _add_approvals, _add_lineage)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

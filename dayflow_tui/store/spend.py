@@ -58,6 +58,9 @@ class SpendQueries:
             if not ids:
                 return []
             query = query.where(Step.run.in_(ids))
+        else:
+            # Money spent: a fork's copied steps (1..forked_at) were paid for once, by its parent.
+            query = query.where(Run.forked_at.is_null() | (Step.n > Run.forked_at))
         if since is not None:
             query = query.where(Step.created_at >= since)
         return [TokenGroup(run_id=row["run_id"], model=row["model"], day=row["day"],

@@ -18,6 +18,7 @@ class RunStatus(str, enum.Enum):
     FAILED = "failed"
     BUDGET = "budget"
     WAITING = "waiting"  # a tool call waits for a person's decision (dayflow approve / deny)
+    FORKED = "forked"  # a fork not yet run: it waits for `dayflow resume` (workers leave it alone)
 
     def __str__(self) -> str:
         return self.value
@@ -48,8 +49,9 @@ _GLYPHS = {
     RunStatus.FAILED: "✖",
     RunStatus.BUDGET: "◼",
     RunStatus.WAITING: "⏸",
+    RunStatus.FORKED: "⑂",
 }
 
 # Stored states a person or a worker can continue; DONE is final.
-RESUMABLE = (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.BUDGET, RunStatus.QUEUED)
+RESUMABLE = (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.BUDGET, RunStatus.QUEUED, RunStatus.FORKED)
 STORED = tuple(s for s in RunStatus if s is not RunStatus.INTERRUPTED)

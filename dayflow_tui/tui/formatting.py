@@ -20,12 +20,13 @@ STATUS_LOOK: dict[str, tuple[str, str]] = {
     "budget": ("◼", "budget"),
     "queued": ("…", "queued"),
     "waiting": ("⏸", "waiting"),
+    "forked": ("⑂", "forked"),
 }
 # Theme colours for statuses shown inside text (the run table takes its colours from styles/run_list.tcss).
 STATUS_STYLES = {"done": "$text-success", "running": "$text-accent", "interrupted": "$text-warning",
                  "failed": "$text-error", "budget": "$text-secondary", "queued": "$text-primary",
-                 "waiting": "$text-warning"}
-STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued", "waiting")
+                 "waiting": "$text-warning", "forked": "$text-primary"}
+STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued", "waiting", "forked")
 
 
 def status_label(status: str) -> str:

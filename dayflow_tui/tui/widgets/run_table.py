@@ -69,6 +69,7 @@ class RunTable(ScrollView, can_focus=True):
         "run-table--budget",
         "run-table--queued",
         "run-table--waiting",
+        "run-table--forked",
         "run-table--dim",
     }
     BINDINGS = [
