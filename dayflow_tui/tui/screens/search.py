@@ -319,6 +319,7 @@ class SearchableTranscript(TranscriptScreen):
         self.matches: tuple[Hit, ...] = ()
         self.match_index: int | None = None
         self._wanted = at  # the hit to show once the matches are known
+        self._pending_match: int | None = None  # a match found before the run was read
         self._painted: weakref.WeakSet[Static] = weakref.WeakSet()  # texts of the shown step already painted
         self._scroll_to: tuple[int, weakref.ref] | None = None  # the painted text holding the most words
         self._painting = 0  # which build of the step the painting belongs to
@@ -407,6 +408,10 @@ class SearchableTranscript(TranscriptScreen):
         self.match_index = index % len(self.matches)
         hit = self.matches[self.match_index]
         steps = self.query_one("#steps", OptionList)
+        if self.run is None:
+            self._pending_match = self.match_index  # the run is still being read: go there once it is shown
+            return
+        self._pending_match = None
         target: int | None = None
         if hit.step:
             try:
@@ -450,6 +455,8 @@ class SearchableTranscript(TranscriptScreen):
 
     def _redraw(self, *, steps_changed: bool) -> None:
         super()._redraw(steps_changed=steps_changed)
+        if self._pending_match is not None and self.matches:
+            self._go_to_match(self._pending_match)
         task = self.query_one("#task", Static)
         if isinstance(task.content, Content):
             task.update(paint(task.content, self.search_query))
