@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     brief.add_argument("--queue", action="store_true",
                        help="only add the run to the queue and print its id; a `dayflow worker` drives it")
 
+    run = sub.add_parser("run", parents=[common, driving], help="start a run of your own agent (MODULE:ATTR or "
+                         "path/to/file.py:ATTR) and print its answer")
+    run.add_argument("agent_spec", metavar="AGENT", help="MODULE:ATTR or path/to/file.py:ATTR naming an Agent")
+    run.add_argument("task", nargs="?", metavar="TASK", help="what to ask it (default: the agent's own task)")
+    run.add_argument("--model", help="model name, or 'offline' (default: the agent's, else as for brief)")
+    run.add_argument("--queue", action="store_true",
+                     help="only add the run to the queue and print its id; a `dayflow worker` drives it")
+
     worker = sub.add_parser("worker", parents=[common], help="drive queued and interrupted runs")
     worker.add_argument("--once", action="store_true", help="take what is waiting now, then exit")
     worker.add_argument("--concurrency", type=_thread_count, default=1, metavar="N",
@@ -148,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--dry-run", action="store_true",
                         help="make no call: print the next request's size, whether the prompt cache is likely "
                         "warm, and what the next call would cost warm and cold")
+    resume.add_argument("--allow-changed-agent", action="store_true",
+                        help="go on although the run's agent changed since it started (the new definition "
+                        "applies from the next call, and the run records it)")
 
     tasks = sub.add_parser("tasks", parents=[common], help="list tasks")
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
@@ -269,6 +280,30 @@ def cmd_brief(args: argparse.Namespace) -> int:
     return _finish(result)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .agent.loop import queue_brief, run_brief
+    from .agent.registry import load_agent, resolve_ref
+
+    if args.task is not None and not args.task.strip():
+        raise UsageError("the task is empty: say what to ask the agent")
+    ref = resolve_ref(args.agent_spec)
+    agent = load_agent(ref)  # an agent that cannot be loaded is one line, before anything is opened
+    store = _open(args)
+    if args.queue:
+        run_id = queue_brief(store, user_msg=args.task, model=args.model, budget_tokens=args.budget,
+                             max_steps=args.max_steps, compact_at=args.compact_at, budget_usd=args.budget_usd,
+                             agent=agent, agent_ref=ref)
+        print(run_id)
+        print(f"[queued {run_id}] agent {printable(agent.name)}: a `dayflow worker` on this database will drive it",
+              file=sys.stderr)
+        return 0
+    options = _driving_options(args)
+    result = run_brief(store, user_msg=args.task, model=args.model, max_steps=args.max_steps, agent=agent,
+                       agent_ref=ref, on_start=lambda rid: print(f"[run {rid}] agent {printable(agent.name)}",
+                                                                 file=sys.stderr, flush=True), **options)
+    return _finish(result)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent.loop import resume
     from .pricing import format_usd
@@ -299,7 +334,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
               f"({format_usd(paid)}, not paid again)", file=sys.stderr, flush=True)
 
     options = _driving_options(args)
-    result = resume(run.id, store=store, max_steps=args.max_steps, on_start=announce, **options)
+    result = resume(run.id, store=store, max_steps=args.max_steps, on_start=announce,
+                    allow_changed_agent=args.allow_changed_agent, **options)
     if result.status == "done":
         print(f"[resumed {result.run_id} · finished at step {result.steps} · "
               f"{result.input_tokens} in / {result.output_tokens} out total · {_saved(result)}]", file=sys.stderr)
@@ -377,7 +413,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                  "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
                  "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
                  **run_cost_json(costs[r.id], r.budget_usd), "error": r.error, "parent_id": r.parent_id,
-                 "forked_at": r.forked_at} for r in runs]
+                 "forked_at": r.forked_at, "agent": r.agent or "brief"} for r in runs]
         print(printable_json(rows))
         return 0
     if not runs:
@@ -394,6 +430,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         budget = budget_text(r.budget_usd, cost.total)
         if budget:
             line += f"  budget={budget.replace(' ', '')}"
+        if r.agent and r.agent != "brief":
+            line += f"  agent={printable(r.agent)}"
         if r.parent_id and not depth:
             line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
         elif r.parent_id:
@@ -673,7 +711,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume,
+COMMANDS = {"migrate": cmd_migrate, "brief": cmd_brief, "run": cmd_run, "worker": cmd_worker, "runs": cmd_runs, "resume": cmd_resume,
             "tasks": cmd_tasks, "show": cmd_show, "search": cmd_search, "spend": cmd_spend,
             "prices": cmd_prices}
 

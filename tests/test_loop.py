@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 
@@ -67,10 +69,9 @@ def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
     real_run_tools = loop.run_tools
     calls_seen = []
 
-    def dying_run_tools(ctx, blocks):
-        calls_seen.append(blocks)
-        if len(calls_seen) == 2:  # step 2: the create_task calls
-            real_run_tools(ctx, blocks[:3])  # some side effects happened before the crash
+    def dying_run_tools(ctx, blocks):  # the loop runs a step's calls one at a time, each result journaled
+        calls_seen.extend(b for b in blocks if b.get("name") == "create_task")
+        if len(calls_seen) == 4:  # step 2: three create_task calls ran (and were kept) before the crash
             raise SystemExit("killed while tools ran")
         return real_run_tools(ctx, blocks)
 
@@ -92,6 +93,11 @@ def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
     created = store.list_tasks(run_id="aaaaaaaaaaaa")
     keys = [t.idempotency_key for t in created]
     assert len(keys) == len(set(keys)) == ACTION_MAILS
+    # Resume is exact to the tool call: the three kept results were reused, not run again, so the history
+    # is the one a run that never stopped would have (no "already exists" answer).
+    results = json.loads(store.steps("aaaaaaaaaaaa")[1].tool_results)
+    assert len(results) == ACTION_MAILS
+    assert not any("already exists" in r["content"] for r in results)
 
 
 def test_tool_results_go_back_in_one_user_turn_in_order(store):

@@ -24,27 +24,41 @@ from ..store import Lease, Run, Store, this_host
 from ..store.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
 from ..store.runs import approval_tools
 from ..testhook import pause_point
-from .tools import SCHEMAS_BY_NAME, ToolContext, ToolInputError, run_tool, tool_result, validate
+from .tools import ToolContext, ToolInputError, run_tool, tool_result, validate
 
 
 class RunWaiting(Exception):
     """The run stopped ``waiting`` for a person's decision (the loop returns; nothing failed)."""
 
 
-def approval_tools_for_new_run() -> tuple[str, ...]:
-    """The tools the settings say need approval, checked against the tools runs can call."""
+def approval_tools_for_new_run(agent: Any = None) -> tuple[str, ...]:
+    """The tools the settings say need approval, checked against the tools the run's agent has."""
     names = settings.current().require_approval
-    unknown = [name for name in names if name not in SCHEMAS_BY_NAME]
-    if unknown:
+    if not names:
+        return ()
+    if agent is None:
+        from .brief import AGENT as agent
+    known = [t.name for t in agent.tools]
+    unknown = [name for name in names if name not in known]
+    if unknown and agent.name == "brief":
         raise UsageError(f"require_approval names {unknown[0]!r}, which is not a tool "
-                         f"(tools: {', '.join(SCHEMAS_BY_NAME)})")
-    return names
+                         f"(tools: {', '.join(known)})")
+    return tuple(name for name in names if name in known)  # another agent's tools are its own business
 
 
-def needs_a_person(run: Run, assistant: list[dict]) -> bool:
-    """Does a tool call of this reply wait for a decision (or has one of its calls been decided)?"""
+def _waits(gated: frozenset[str], agent: Any, block: dict) -> bool:
+    if block.get("type") != "tool_use":
+        return False
+    if block.get("name") in gated:
+        return True
+    found = agent.tool_named(block.get("name")) if agent is not None else None
+    return found is not None and found.wants_approval(block.get("input"))
+
+
+def needs_a_person(run: Run, assistant: list[dict], agent: Any = None) -> bool:
+    """Does a tool call of this reply wait for a decision (the run's list, or the tool's own rule)?"""
     gated = approval_tools(run)
-    return bool(gated) and any(b.get("type") == "tool_use" and b.get("name") in gated for b in assistant)
+    return any(_waits(gated, agent, b) for b in assistant)
 
 
 def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
@@ -52,12 +66,13 @@ def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
     """The tool results of step ``n``, a call of which needs a person; raises ``RunWaiting`` after stopping
     the run for a decision."""
     gated = approval_tools(run)
+    agent = ctx.tools_of
     calls = [b for b in assistant if b.get("type") == "tool_use"]
     kept = {row.tool_use_id: row for row in store.approvals(run.id, n)}
     if not kept:
         asks = []
         for block in calls:
-            if block.get("name") in gated:
+            if _waits(gated, agent, block):
                 asks.append(CallToAsk(_id(block), str(block.get("name")), block.get("input"), waits=True))
             else:
                 pause_point("tools")
@@ -117,10 +132,16 @@ def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str
     else:
         name = waiting[0].tool_name
         tool_use_id = waiting[0].tool_use_id
-    schema = SCHEMAS_BY_NAME.get(name)
-    if schema is not None:
+    run = store.get_run(run_id)
+    try:
+        from .registry import load_agent
+
+        found = load_agent(run.agent_ref).tool_named(name)
+    except Exception:
+        found = None
+    if found is not None:
         try:
-            validate(schema["input_schema"], value)
+            validate(found.input_schema, value)
         except ToolInputError as exc:
             raise UsageError(f"the edited arguments do not fit {name}: {exc}") from None
     return tool_use_id or "", value

@@ -97,7 +97,11 @@ class _Messages:
                 fh.write(f"{os.getpid()} {len(messages)} {time.time():.6f}\n")
         if self._client.delay:
             time.sleep(self._client.delay)
-        content, stop_reason = _respond(messages)
+        names = [t.get("name") for t in tools or [] if isinstance(t, dict)]
+        if set(names) == _BRIEF_TOOLS or not names:
+            content, stop_reason = _respond(messages)
+        else:  # a user's agent: read once with every read-only tool, then answer
+            content, stop_reason = _respond_generic(messages, tools or [], self._client.read_only)
         request = {"system": system, "tools": tools, "messages": messages}
         total = estimate_tokens(request)
         # A real prompt cache re-reads the prefix the previous call wrote (the
@@ -128,6 +132,64 @@ class OfflineClient:
         self.delay = float(os.environ.get("DAYFLOW_OFFLINE_DELAY", "0") or 0) if delay is None else delay
         self.calls = 0
         self.messages = _Messages(self)
+        self.read_only: frozenset[str] | None = None  # a user agent's read-only tools (None: not told)
+
+    def know_agent(self, agent: Any) -> None:
+        """The driver says which tools are safe to call on any agent (only the kinds: nothing else is read)."""
+        self.read_only = frozenset(t.name for t in agent.tools if t.kind == "read_only")
+
+
+_BRIEF_TOOLS = {"read_inbox", "read_calendar", "read_tasks", "create_task"}
+
+
+def _example_args(schema: dict) -> dict:
+    """The least arguments a schema accepts: its required fields, each with a plain value of its type."""
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    args: dict = {}
+    for name in schema.get("required", []) if isinstance(schema, dict) else []:
+        spec = props.get(name, {})
+        if spec.get("enum"):
+            args[name] = spec["enum"][0]
+        elif spec.get("type") in ("integer", "number"):
+            args[name] = spec.get("minimum", 1)
+        elif spec.get("type") == "boolean":
+            args[name] = False
+        elif spec.get("type") == "array":
+            args[name] = []
+        elif spec.get("type") == "object":
+            args[name] = {}
+        else:
+            args[name] = "example"
+    return args
+
+
+def _respond_generic(messages: list[dict], tools: list[dict], read_only: frozenset[str] | None
+                     ) -> tuple[list[dict], str]:
+    step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+    answered: list[tuple[str, str]] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                names[str(block.get("id"))] = str(block.get("name"))
+            elif block.get("type") == "tool_result":
+                content = block.get("content")
+                text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+                answered.append((names.get(str(block.get("tool_use_id")), "?"), text))
+    safe = [t for t in tools if read_only is not None and t.get("name") in read_only]
+    if step == 1 and safe:
+        calls = [_tool_use(step, i, t["name"], _example_args(t.get("input_schema", {}))) for i, t in enumerate(safe)]
+        return [{"type": "text", "text": f"Reading with {len(calls)} tool(s) first."}] + calls, "tool_use"
+    task = next((m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)),
+                "")
+    lines = [f"Offline answer (no ANTHROPIC_API_KEY) to: {str(task).splitlines()[0][:200] if task else 'the task'}"]
+    for name, text in answered:
+        lines.append(f"- {name}: {' '.join(text.split())[:300]}")
+    if not answered:
+        lines.append("- no tool was called (the offline model calls only read-only tools)")
+    return [{"type": "text", "text": "\n".join(lines)}], "end_turn"
 
 
 def _tool_use(step: int, index: int, name: str, args: dict) -> dict:

@@ -13,65 +13,16 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable
 
-from . import sample_data
 from ..store import Store
 from ..testhook import pause_point
-
-TOOL_SCHEMAS: list[dict] = [
-    {
-        "name": "read_inbox",
-        "description": "Read the newest mails in the user's inbox (sender, subject, received time, snippet).",
-        "input_schema": {
-            "type": "object",
-            "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 50,
-                                     "description": "How many mails, newest first (default 20)."}},
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "read_calendar",
-        "description": "Read the user's calendar events for today or for the coming week.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"range": {"type": "string", "enum": ["today", "week"]}},
-            "required": ["range"],
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "read_tasks",
-        "description": "Read the user's task list.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"include_done": {"type": "boolean", "description": "Also list finished tasks."}},
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "create_task",
-        "description": ("Create a follow-up task. idempotency_key must be stable for the thing the task is "
-                        "about (for example 'mail-<mail id>'): a key that exists returns the existing task."),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "title": {"type": "string", "minLength": 1, "maxLength": 200},
-                "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                "due": {"type": "string", "format": "date", "description": "YYYY-MM-DD"},
-                "notes": {"type": "string", "maxLength": 2000},
-            },
-            "required": ["title", "idempotency_key"],
-            "additionalProperties": False,
-        },
-    },
-]
-SCHEMAS_BY_NAME = {schema["name"]: schema for schema in TOOL_SCHEMAS}
-READ_ONLY_TOOLS = frozenset({"read_inbox", "read_calendar", "read_tasks"})
 
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
 }
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -97,8 +48,14 @@ def validate(schema: dict, args: Any) -> None:
             raise ToolInputError(f"field {name!r} must be {spec['type']}, got {type(value).__name__}")
         if "enum" in spec and value not in spec["enum"]:
             raise ToolInputError(f"field {name!r} must be one of {spec['enum']}, got {value!r}")
-        if "minimum" in spec and value < spec["minimum"] or "maximum" in spec and value > spec["maximum"]:
-            raise ToolInputError(f"field {name!r} must be between {spec['minimum']} and {spec['maximum']}")
+        low, high = spec.get("minimum"), spec.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = (f"between {low} and {high}" if low is not None and high is not None
+                      else f"at least {low}" if low is not None else f"at most {high}")
+            raise ToolInputError(f"field {name!r} must be {bounds}, got {value!r}")
+        item_type = spec.get("items", {}).get("type") if spec["type"] == "array" else None
+        if item_type is not None and not all(_TYPES[item_type](item) for item in value):
+            raise ToolInputError(f"field {name!r} must be a list of {item_type}")
         if "minLength" in spec and len(value.strip()) < spec["minLength"]:
             raise ToolInputError(f"field {name!r} must not be empty")
         if "maxLength" in spec and len(value) > spec["maxLength"]:
@@ -117,62 +74,34 @@ def validate(schema: dict, args: Any) -> None:
 
 @dataclass
 class ToolContext:
+    """What a tool may use besides its arguments; ``agent`` (None: the built-in brief) owns the tools."""
+
     store: Store
     run_id: str
     today: date
+    agent: Any = None
 
+    @property
+    def tools_of(self) -> Any:
+        if self.agent is not None:
+            return self.agent
+        from .brief import AGENT
 
-def _read_inbox(ctx: ToolContext, limit: int = 20) -> dict:
-    mails = sample_data.inbox(ctx.today)[:limit]
-    return {"ok": True, "count": len(mails), "mails": mails}
-
-
-def _read_calendar(ctx: ToolContext, range: str) -> dict:  # noqa: A002 (the API's field name)
-    events = sample_data.calendar(ctx.today, 1 if range == "today" else 7)
-    return {"ok": True, "count": len(events), "range": range, "events": events}
-
-
-def _task_json(task) -> dict:
-    return {"id": task.id, "title": task.title, "due": task.due, "notes": task.notes, "done": task.done,
-            "idempotency_key": task.idempotency_key}
-
-
-def _read_tasks(ctx: ToolContext, include_done: bool = False) -> dict:
-    tasks = ctx.store.list_tasks(include_done=include_done)
-    return {"ok": True, "count": len(tasks), "tasks": [_task_json(t) for t in tasks]}
-
-
-def _create_task(ctx: ToolContext, title: str, idempotency_key: str, due: str | None = None,
-                 notes: str | None = None) -> dict:
-    task, created = ctx.store.create_task(idempotency_key=idempotency_key, title=title.strip(), due=due,
-                                          notes=notes, run_id=ctx.run_id)
-    return {"ok": True, "created": created,
-            "message": "created" if created else "a task with this idempotency_key already exists; returned it",
-            "task": _task_json(task)}
-
-
-_IMPLEMENTATIONS: dict[str, Callable[..., dict]] = {
-    "read_inbox": _read_inbox,
-    "read_calendar": _read_calendar,
-    "read_tasks": _read_tasks,
-    "create_task": _create_task,
-}
+        return AGENT
 
 
 def _error(code: str, message: str) -> dict:
     return {"ok": False, "error": {"code": code, "message": message}}
 
 
-def run_tool(ctx: ToolContext, name: str, args: Any) -> tuple[dict, bool]:
-    """Execute one tool call. Returns ``(payload, is_error)``; never raises for bad input."""
-    schema = SCHEMAS_BY_NAME.get(name) if isinstance(name, str) else None
-    if schema is None:
-        return _error("unknown_tool", f"no tool named {name!r}; available: {', '.join(SCHEMAS_BY_NAME)}"), True
-    try:
-        validate(schema["input_schema"], args)
-    except ToolInputError as exc:
-        return _error("invalid_input", str(exc)), True
-    return _IMPLEMENTATIONS[name](ctx, **args), False
+def run_tool(ctx: ToolContext, name: str, args: Any) -> tuple[Any, bool]:
+    """Execute one tool call of the run's agent. Returns ``(payload, is_error)``; never raises for bad input."""
+    agent = ctx.tools_of
+    found = agent.tool_named(name) if isinstance(name, str) else None
+    if found is None:
+        names = ", ".join(t.name for t in agent.tools)
+        return _error("unknown_tool", f"no tool named {name!r}; available: {names}"), True
+    return found.run(ctx, args)
 
 
 def run_tools(ctx: ToolContext, assistant_blocks: list[dict]) -> list[dict]:
@@ -198,12 +127,24 @@ def cut_off_results(assistant_blocks: list[dict]) -> list[dict]:
     return [_result(block, payload, True) for block in assistant_blocks if block.get("type") == "tool_use"]
 
 
-def _result(block: dict, payload: dict, is_error: bool) -> dict:
-    result = {"type": "tool_result", "tool_use_id": block.get("id"),
-              "content": json.dumps(payload, ensure_ascii=False)}
+def _result(block: dict, payload: Any, is_error: bool) -> dict:
+    content = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
+    result = {"type": "tool_result", "tool_use_id": block.get("id"), "content": content}
     if is_error:
         result["is_error"] = True
     return result
 
 
 tool_result = _result  # one tool_result block: the answer to one tool_use
+
+
+def __getattr__(name: str) -> Any:
+    # The built-in brief's tools, as they were named before agents were code (tests and tools that read them).
+    if name in ("TOOL_SCHEMAS", "SCHEMAS_BY_NAME", "READ_ONLY_TOOLS"):
+        from .brief import AGENT
+        from .define import READ_ONLY
+
+        return {"TOOL_SCHEMAS": AGENT.schemas,
+                "SCHEMAS_BY_NAME": {t.name: t.to_api() for t in AGENT.tools},
+                "READ_ONLY_TOOLS": frozenset(t.name for t in AGENT.tools if t.kind == READ_ONLY)}[name]
+    raise AttributeError(name)

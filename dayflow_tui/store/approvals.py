@@ -167,6 +167,43 @@ class ApprovalQueries:
         raise DecisionRefused(f"run {run_id} has no tool call waiting for a decision")
 
     @store_call(retry_for=_commit_window)
+    def start_call(self: "Store", run_id: str, n: int, block: dict, lease: Lease) -> None:
+        """Mark a call that must never run twice as started, before it runs (the per-call journal)."""
+        with self.write_transaction():
+            self._set_run(run_id, lease)
+            updated = (Approval.update(started_at=self.backend.now())
+                       .where(Approval.run == run_id, Approval.tool_use_id == str(block.get("id") or ""))
+                       .execute())
+            if not updated:
+                self._journal_row(run_id, n, block, started=True).execute()
+
+    @store_call(retry_for=_commit_window)
+    def keep_call_result(self: "Store", run_id: str, n: int, block: dict, result: dict, lease: Lease) -> None:
+        """Commit one call's result as it completes: after a crash it is reused, never run again."""
+        encoded = json.dumps(result, ensure_ascii=False)
+        with self.write_transaction():
+            self._set_run(run_id, lease)
+            updated = (Approval.update(result=encoded, result_at=self.backend.now())
+                       .where(Approval.run == run_id, Approval.tool_use_id == str(block.get("id") or ""),
+                              Approval.result.is_null())
+                       .execute())
+            if not updated and not Approval.select().where(
+                    Approval.run == run_id, Approval.tool_use_id == str(block.get("id") or "")).exists():
+                self._journal_row(run_id, n, block, result=encoded).execute()
+            pause_point("answer")
+        pause_point("answered")
+
+    def _journal_row(self: "Store", run_id: str, n: int, block: dict, *, started: bool = False,
+                     result: str | None = None):
+        now = self.backend.now()
+        args = block.get("input")
+        return Approval.insert(run=run_id, n=n, tool_use_id=str(block.get("id") or ""),
+                               tool_name=str(block.get("name")), input=canonical_json(args),
+                               input_hash=input_hash(args), state=AUTO, requested_at=now,
+                               started_at=now if started else None, result=result,
+                               result_at=now if result is not None else None).on_conflict_ignore()
+
+    @store_call(retry_for=_commit_window)
     def answer_call(self: "Store", run_id: str, tool_use_id: str, result: dict, lease: Lease) -> None:
         """Keep an approved (or denied) call's answer, so a crash after it never runs the call again."""
         with self.write_transaction():

@@ -105,6 +105,13 @@ class Run(BaseModel):
     # parent's rows, paid once, by the parent).
     parent_id = CharField(max_length=32, null=True, index=True)
     forked_at = IntegerField(null=True)
+    # The agent (schema 9): its name, where to load it from again (None: the built-in brief; "pkg.mod:attr"
+    # or "/abs/path/file.py:attr"), and its shape (system prompt, tool schemas, model) with its sha256, so a
+    # resume that finds the code changed can say what changed.
+    agent = TextField(null=True)
+    agent_ref = TextField(null=True)
+    agent_fingerprint = CharField(max_length=64, null=True)
+    agent_shape = TextField(null=True)
     compact_at = IntegerField(null=True)
     error = TextField(null=True)
     owner_host = CharField(max_length=255, null=True)
@@ -215,6 +222,9 @@ class Approval(BaseModel):
     decision_token = CharField(max_length=32, null=True)
     result = TextField(null=True)  # JSON: the tool_result block sent back for this call
     result_at = CharField(max_length=32, null=True)
+    # When a call that must never run twice (a plain tool) was started (schema 9): started with no result
+    # means its outcome is unknown, and it is not run again.
+    started_at = CharField(max_length=32, null=True)
 
     class Meta:
         table_name = "approvals"

@@ -26,6 +26,16 @@ def _names(tools: Iterable[str] | None) -> str | None:
     return json.dumps(names) if names else None
 
 
+AGENT_COLUMNS = ("agent", "agent_ref", "agent_fingerprint", "agent_shape")
+
+
+def _agent_values(agent: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's agent columns (the built-in brief when none is named)."""
+    values = {"agent": "brief"}
+    values.update({k: v for k, v in (agent or {}).items() if k in AGENT_COLUMNS})
+    return values
+
+
 def approval_tools(run: Run) -> frozenset[str]:
     """The tools whose calls wait for a person in this run."""
     try:
@@ -46,26 +56,28 @@ class RunQueries:
     def create_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                    max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
                    status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None,
-                   approval_tools: Iterable[str] | None = None) -> Run:
+                   approval_tools: Iterable[str] | None = None, agent: dict[str, Any] | None = None) -> Run:
         """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
         run_id = run_id or uuid.uuid4().hex[:12]  # fixed before any try: a retried insert is the same run
         self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
                               budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                              budget_usd=budget_usd, approval_tools=_names(approval_tools)))
+                              budget_usd=budget_usd, approval_tools=_names(approval_tools),
+                              **_agent_values(agent)))
         return self.get_run(run_id)
 
     def create_claimed_run(self: "Store", user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None,
                            run_id: str | None = None, budget_usd: Decimal | None = None,
-                           approval_tools: Iterable[str] | None = None) -> tuple[Run, Lease]:
+                           approval_tools: Iterable[str] | None = None,
+                           agent: dict[str, Any] | None = None) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
         token = new_token()
         run_id = run_id or uuid.uuid4().hex[:12]
         try:
             self._insert_run(dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                                   budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                                  attempts=1, budget_usd=budget_usd, approval_tools=_names(approval_tools)),
-                              token=token)
+                                  attempts=1, budget_usd=budget_usd, approval_tools=_names(approval_tools),
+                                  **_agent_values(agent)), token=token)
         except BaseException:
             forget_token(token)
             raise
@@ -81,6 +93,12 @@ class RunQueries:
             owner = self._owner_values(token) if token is not None else {"updated_at": now}
             Run.insert(created_at=owner["updated_at"], **values, **owner).execute()
             index_run_text(self, values["id"], task=values["user_msg"])  # searchable from its first commit
+
+    @store_call
+    def record_agent_change(self: "Store", run_id: str, values: dict[str, Any], lease: Lease) -> None:
+        """A person let the run go on with its agent's new definition: the run records the new one."""
+        with self.write_transaction():
+            self._set_run(run_id, lease, **{k: v for k, v in values.items() if k in AGENT_COLUMNS})
 
     @store_call
     def get_run(self: "Store", run_id: str) -> Run:

@@ -95,9 +95,18 @@ def _add_lineage(store: "Store") -> None:
     store.db.execute_sql('CREATE INDEX IF NOT EXISTS "runs_parent_id" ON "runs" ("parent_id")')
 
 
+def _add_agents(store: "Store") -> None:
+    """Schema 9: which agent each run belongs to (the runs before it are the built-in brief's), and when
+    a call that must not run twice was started."""
+    for column in (Run.agent, Run.agent_ref, Run.agent_fingerprint, Run.agent_shape):
+        add_column(store, Run, column)
+    add_column(store, Approval, Approval.started_at)
+    store.db.execute_sql('UPDATE "runs" SET "agent" = \'brief\' WHERE "agent" IS NULL')
+
+
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
-                                                    _add_approvals, _add_lineage)
+                                                    _add_approvals, _add_lineage, _add_agents)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

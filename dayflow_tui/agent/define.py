@@ -1,0 +1,256 @@
+"""Agents and tools as code: a tool is one decorated function, an agent is a value.
+
+```python
+from typing import Annotated, Literal
+from dayflow_tui.agent.define import Agent, Param, ToolContext, tool
+
+@tool(read_only=True)
+def weather(city: str, unit: Literal["C", "F"] = "C") -> dict:
+    \"\"\"Today's weather in a city.
+
+    Args:
+        city: The city's name.
+    \"\"\"
+    return {"ok": True, "city": city, "temp": 21}
+
+agent = Agent(name="forecaster", system="Answer with today's weather.", tools=(weather,))
+```
+
+``@tool`` derives the JSON schema the API is sent from the signature (types,
+``Literal`` choices, ``X | None`` and defaults make a field optional) and the
+docstring (its first paragraph describes the tool, ``Args:`` lines describe
+the fields), with ``Annotated[..., Param(...)]`` for bounds. The model's
+arguments are checked against that schema before the function runs: a bad
+call becomes an ``is_error`` tool_result with a code, never an exception.
+
+A tool carries its kind, which says what may happen after a crash:
+``read_only`` (safe to run again), ``idempotent`` (a side effect keyed by
+one argument, ``key=``, so a repeat is a no-op: ``create_task``), or plain
+(a side effect that must never run twice: started and not finished, it is
+answered "outcome unknown" instead of being run again). A first parameter
+named ``ctx`` receives the ``ToolContext`` (the store, the run id, today).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from .tools import ToolContext, ToolInputError, validate
+
+READ_ONLY, IDEMPOTENT, PLAIN = "read_only", "idempotent", "plain"
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Param:
+    """Bounds and a description for one argument: ``Annotated[int, Param(minimum=1, maximum=50)]``."""
+
+    description: str | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    format: str | None = None  # "date": YYYY-MM-DD
+
+
+class ToolDefinitionError(TypeError):
+    """A function that cannot be a tool (an argument type JSON Schema cannot say, a bad name)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict
+    fn: Callable[..., Any] = field(compare=False)
+    kind: str = PLAIN
+    key: str | None = None  # idempotent: the argument that names the side effect
+    takes_context: bool = False
+    needs_approval: bool | Callable[[dict], bool] = field(default=False, compare=False)
+
+    def to_api(self) -> dict:
+        """The tool as the Messages API is sent it."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+    def wants_approval(self, args: Any) -> bool:
+        if callable(self.needs_approval):
+            try:
+                return bool(self.needs_approval(args if isinstance(args, dict) else {}))
+            except Exception:
+                return True  # a predicate that cannot decide asks the person
+        return bool(self.needs_approval)
+
+    def run(self, ctx: ToolContext, args: Any) -> tuple[Any, bool]:
+        """``(payload, is_error)``: the arguments checked first; the function's own failure is a result too."""
+        try:
+            validate(self.input_schema, args)
+        except ToolInputError as exc:
+            return {"ok": False, "error": {"code": "invalid_input", "message": str(exc)}}, True
+        try:
+            payload = self.fn(ctx, **args) if self.takes_context else self.fn(**args)
+        except Exception as exc:  # the model is told, the run goes on
+            from ..redaction import redacted_line
+
+            return {"ok": False, "error": {"code": "tool_error",
+                                           "message": redacted_line(f"{type(exc).__name__}: {exc}", 500)}}, True
+        return payload, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def tool(fn: Callable | None = None, *, name: str | None = None, read_only: bool = False,
+         idempotent: str | None = None, needs_approval: bool | Callable[[dict], bool] = False) -> Any:
+    """Make ``fn`` a tool. ``read_only=True``, or ``idempotent="key_argument"``, or neither (plain)."""
+
+    def make(fn: Callable) -> Tool:
+        tool_name = name or fn.__name__
+        if not _NAME.match(tool_name):
+            raise ToolDefinitionError(f"tool name {tool_name!r}: letters, digits, _ and - only, at most 64")
+        if read_only and idempotent:
+            raise ToolDefinitionError(f"tool {tool_name}: read_only or idempotent, not both")
+        description, arg_docs = _docstring(fn)
+        schema, takes_context = _schema(fn, arg_docs)
+        if idempotent is not None and idempotent not in schema["properties"]:
+            raise ToolDefinitionError(f"tool {tool_name}: idempotent key {idempotent!r} is not one of its arguments")
+        kind = READ_ONLY if read_only else IDEMPOTENT if idempotent else PLAIN
+        return Tool(tool_name, description or tool_name, schema, fn, kind, idempotent, takes_context, needs_approval)
+
+    return make(fn) if fn is not None else make
+
+
+def _docstring(fn: Callable) -> tuple[str, dict[str, str]]:
+    doc = inspect.getdoc(fn) or ""
+    paragraphs = re.split(r"\n\s*\n", doc.strip()) if doc.strip() else []
+    description = " ".join(paragraphs[0].split()) if paragraphs and not paragraphs[0].startswith("Args:") else ""
+    args: dict[str, str] = {}
+    in_args, current = False, None
+    for line in doc.splitlines():
+        if line.strip() in ("Args:", "Arguments:", "Parameters:"):
+            in_args = True
+            continue
+        if not in_args:
+            continue
+        if line and not line.startswith(" "):
+            in_args = False
+            continue
+        match = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
+        if match and len(line) - len(line.lstrip()) <= 8:
+            current = match.group(1)
+            args[current] = match.group(2).strip()
+        elif current and line.strip():
+            args[current] += " " + line.strip()
+    return description, args
+
+
+_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _json_type(hint: Any, where: str) -> dict:
+    origin = typing.get_origin(hint)
+    if hint in _SCALARS:
+        return {"type": _SCALARS[hint]}
+    if origin is Literal:
+        values = list(typing.get_args(hint))
+        kinds = {_SCALARS.get(type(v)) for v in values}
+        if len(kinds) != 1 or None in kinds:
+            raise ToolDefinitionError(f"{where}: Literal choices must all be str, int, float or bool")
+        return {"type": kinds.pop(), "enum": values}
+    if origin in (list, tuple) or hint in (list, tuple):
+        args = typing.get_args(hint)
+        spec: dict = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            spec["items"] = _json_type(args[0], where)
+        return spec
+    if origin is dict or hint is dict:
+        return {"type": "object"}
+    raise ToolDefinitionError(f"{where}: {hint!r} has no JSON Schema type (use str, int, float, bool, Literal, "
+                              "list, dict or X | None)")
+
+
+def _schema(fn: Callable, arg_docs: dict[str, str]) -> tuple[dict, bool]:
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    properties: dict[str, dict] = {}
+    required: list[str] = []
+    params = list(signature.parameters.values())
+    takes_context = bool(params) and params[0].name == "ctx"
+    for param in params[1:] if takes_context else params:
+        where = f"tool {fn.__name__}, argument {param.name}"
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"{where}: *args and **kwargs cannot be described to the model")
+        hint = hints.get(param.name, str)
+        extra: Param | None = None
+        if typing.get_origin(hint) is typing.Annotated:
+            hint, *metadata = typing.get_args(hint)
+            extra = next((m for m in metadata if isinstance(m, Param)), None)
+        optional = param.default is not inspect.Parameter.empty
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(members) != 1:
+                raise ToolDefinitionError(f"{where}: a union of several types cannot be described")
+            hint, optional = members[0], True
+        spec = _json_type(hint, where)
+        if extra is not None:
+            for key, value in (("minimum", extra.minimum), ("maximum", extra.maximum),
+                               ("minLength", extra.min_length), ("maxLength", extra.max_length),
+                               ("format", extra.format)):
+                if value is not None:
+                    spec[key] = value
+        description = (extra.description if extra is not None and extra.description else arg_docs.get(param.name))
+        if description:
+            spec["description"] = description
+        properties[param.name] = spec
+        if not optional:
+            required.append(param.name)
+    schema: dict = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema, takes_context
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: what it is told, which tools it has, and its limits. ``task`` is the default request."""
+
+    name: str
+    system: str
+    tools: tuple[Tool, ...] = ()
+    model: str | None = None
+    max_steps: int = 12
+    task: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ToolDefinitionError(f"agent name {self.name!r}: letters, digits, _ and - only, at most 64")
+        tools = tuple(self.tools)
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise ToolDefinitionError(f"agent {self.name}: {item!r} is not a @tool")
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ToolDefinitionError(f"agent {self.name}: two tools share a name")
+        object.__setattr__(self, "tools", tools)
+
+    @property
+    def schemas(self) -> list[dict]:
+        return [t.to_api() for t in self.tools]
+
+    def tool_named(self, name: Any) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def fingerprint(self) -> str:
+        """What a resume must find unchanged: the system prompt, each tool's name and schema, the model."""
+        shape = {"system": self.system, "tools": self.schemas, "model": self.model}
+        return hashlib.sha256(json.dumps(shape, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def describe(self) -> dict:
+        return {"system": self.system, "tools": {t.name: t.input_schema for t in self.tools}, "model": self.model}

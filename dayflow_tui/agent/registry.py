@@ -1,0 +1,135 @@
+"""Where a run's agent comes from, and whether it is still the agent the run started with.
+
+A run records a reference to its agent (``pkg.module:attr``, or
+``/abs/path/file.py:attr`` made absolute when the run is created, or nothing
+for the built-in brief) and the agent's shape (system prompt, tool schemas,
+model) with its sha256. A resume or a worker loads the agent again from the
+reference and compares: a changed agent is refused with what changed, unless
+a person allows it (``--allow-changed-agent``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import DayflowError
+from .define import Agent
+
+
+class AgentNotFound(DayflowError):
+    """An agent that cannot be loaded: one line, exit 1, nothing changed."""
+
+    exit_code = 1
+
+
+class AgentChanged(DayflowError):
+    """The agent's code changed since the run started: a resume says what, and needs --allow-changed-agent."""
+
+    exit_code = 1
+
+
+def builtin() -> Agent:
+    from .brief import AGENT
+
+    return AGENT
+
+
+def resolve_ref(spec: str) -> str:
+    """A reference that finds the agent again from any working directory (a file path made absolute)."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise AgentNotFound(f"{spec!r}: name an agent as MODULE:ATTR or path/to/file.py:ATTR")
+    if target.endswith(".py") or "/" in target or target.startswith("."):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise AgentNotFound(f"{spec!r}: no file {path}")
+        return f"{path}:{attr}"
+    return spec
+
+
+def load_agent(ref: str | None) -> Agent:
+    """The agent ``ref`` names (None: the built-in brief); ``AgentNotFound`` with one line otherwise."""
+    if not ref or ref == "brief":
+        return builtin()
+    target, _sep, attr = ref.rpartition(":")
+    try:
+        if target.endswith(".py") or "/" in target:
+            name = "dayflow_agent_" + hashlib.sha256(target.encode()).hexdigest()[:12]
+            module = sys.modules.get(name)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(name, target)
+                if spec is None or spec.loader is None:
+                    raise AgentNotFound(f"agent {ref}: {target} cannot be imported")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(name, None)
+                    raise
+        else:
+            import os
+
+            if os.getcwd() not in sys.path:  # as `python -m` does: a module beside where you run dayflow
+                sys.path.append(os.getcwd())
+            module = importlib.import_module(target)
+    except AgentNotFound:
+        raise
+    except (Exception, SystemExit) as exc:  # the user's code: any failure is one line, not a traceback
+        from ..redaction import redacted_line
+
+        raise AgentNotFound(f"agent {ref} cannot be imported: {redacted_line(f'{type(exc).__name__}: {exc}', 300)}"
+                            ) from None
+    agent = getattr(module, attr, None)
+    if agent is None:
+        raise AgentNotFound(f"agent {ref}: {target} has no {attr!r}")
+    if callable(agent) and not isinstance(agent, Agent):
+        try:
+            agent = agent()
+        except Exception as exc:
+            raise AgentNotFound(f"agent {ref}: calling {attr}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(agent, Agent):
+        raise AgentNotFound(f"agent {ref}: {attr} is a {type(agent).__name__}, not a dayflow Agent")
+    return agent
+
+
+def agent_columns(agent: Agent, ref: str | None) -> dict[str, Any]:
+    """The run's record of its agent."""
+    return {"agent": agent.name, "agent_ref": ref, "agent_fingerprint": agent.fingerprint(),
+            "agent_shape": json.dumps(agent.describe(), ensure_ascii=False, sort_keys=True)}
+
+
+def what_changed(before: dict, after: dict) -> list[str]:
+    changes = []
+    if before.get("system") != after.get("system"):
+        changes.append("the system prompt")
+    if before.get("model") != after.get("model"):
+        changes.append(f"the model ({before.get('model')} -> {after.get('model')})")
+    old, new = before.get("tools", {}), after.get("tools", {})
+    changes += [f"tool {name} added" for name in sorted(set(new) - set(old))]
+    changes += [f"tool {name} removed" for name in sorted(set(old) - set(new))]
+    changes += [f"tool {name}'s arguments" for name in sorted(set(old) & set(new)) if old[name] != new[name]]
+    return changes or ["its definition"]
+
+
+def agent_for_run(run: Any, *, allow_changed: bool = False) -> tuple[Agent, dict[str, Any] | None]:
+    """The run's agent, loaded again and checked; with ``allow_changed``, also the new record to store."""
+    agent = load_agent(getattr(run, "agent_ref", None))
+    recorded = getattr(run, "agent_fingerprint", None)
+    if recorded is None or recorded == agent.fingerprint():
+        return agent, None
+    try:
+        before = json.loads(run.agent_shape) if run.agent_shape else {}
+    except ValueError:
+        before = {}
+    changes = what_changed(before, agent.describe())
+    if not allow_changed:
+        raise AgentChanged(f"run {run.id}: agent {agent.name} changed since the run started ({', '.join(changes)}); "
+                           f"resume with --allow-changed-agent to go on with the new definition")
+    return agent, agent_columns(agent, getattr(run, "agent_ref", None))
