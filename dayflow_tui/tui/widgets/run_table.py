@@ -213,6 +213,11 @@ class RunTable(ScrollView, can_focus=True):
         status_style = self.get_component_rich_style(f"run-table--{status}", partial=True)
         dim = self.get_component_rich_style("run-table--dim", partial=True)
         note = run.error if run.error and run.status != "done" else run.user_msg
+        agent = getattr(run, "agent", None)
+        if agent and agent != "brief":
+            note = f"[{agent}] {note or ''}"
+        if getattr(run, "parent_id", None):
+            note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}"
         return _cells([
             (one_line(run.id, 40), ""),
             (formatting.status_label(status), status_style),
