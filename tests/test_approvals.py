@@ -272,3 +272,51 @@ def test_a_waiting_run_travels_with_its_calls_and_decisions(tmp_path):
     state = read_db(second)
     assert state.runs[0]["status"] == "done" and call_count(tmp_path / "calls.log") == 3
     assert "skip" in json.loads(state.steps[1]["tool_results"])[0]["content"]
+
+
+# -- the dashboard -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(store, decision):
+    from dayflow_tui.agent import loop
+    from dayflow_tui.tui.app import DayflowApp
+    from dayflow_tui.tui.screens.decide import DenyDialog
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, open_run, screen_text, wait_for
+
+    first = CountingClient()
+    waited = loop.run_brief(store, client=first, approval_tools=("create_task",))
+    assert waited.status == "waiting" and first.calls == 2
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "⏸ 1 waiting" in app.sub_title)
+        screen = await open_run(pilot, waited.run_id)
+        await wait_for(pilot, lambda: "waiting for a decision" in screen_text(app))
+        if decision == "approve":
+            await pilot.press("a")
+        else:
+            await pilot.press("D")
+            await wait_for(pilot, lambda: isinstance(app.screen, DenyDialog))
+            for key in "not now":
+                await pilot.press(key if key != " " else "space")
+            await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.run is not None and screen.run.status == "done" and not app.is_driving)
+    assert client.calls == 1  # the step that waited was not bought again
+    results = json.loads(store.steps(waited.run_id)[1].tool_results)
+    made = store.list_tasks(run_id=waited.run_id)
+    if decision == "approve":
+        assert len(made) == ASKED and not any(r.get("is_error") for r in results)
+    else:
+        assert made == [] and all(r.get("is_error") and "not now" in r["content"] for r in results)
+    decided = [row for row in store.approvals(waited.run_id) if row.state != "auto"]
+    assert len(decided) == ASKED and {row.state for row in decided} == {"approved" if decision == "approve"
+                                                                         else "denied"}

@@ -149,6 +149,8 @@ class DayflowApp(App):
     def resume_blocker(self, run: Run) -> str | None:
         """Why ``run`` cannot be resumed from here, or None when it can."""
         status = effective_status(run)
+        if status == "waiting":
+            return "it waits for a decision on a tool call (a approves, D denies)"
         if status == "done":
             return "done: nothing to resume"
         if self.driving == run.id or (self.is_driving and self.driving is None):

@@ -35,6 +35,10 @@ TRANSCRIPT = [
             tooltip="See what resuming will cost and set the run's dollar budget first"),
     Binding("dollar_sign", "chart_units", "Tokens/$", key_display="$", show=False, id="chart-units",
             tooltip="Switch the sparkline between tokens and dollars per step"),
+    Binding("a", "approve", "Approve", id="approve",
+            tooltip="Let the calls this run waits on run, then resume it"),
+    Binding("D", "deny", "Deny", id="deny", tooltip="Refuse the calls this run waits on, with a reason the model "
+            "is told, then resume it"),
 ]
 
 # The search screen (``/`` on the run list) and the keys a transcript gains for searching.

@@ -32,6 +32,7 @@ from ...pricing import Cost, format_usd
 from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
+from .decide import Decided, DenyDialog
 
 POLL_EVERY_S = 0.5
 
@@ -250,7 +251,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         option_list = self.query_one("#steps", OptionList)
         old_count = option_list.option_count
         # Follow new steps when the reader is at the end of a run that is moving; otherwise stay put.
-        live = self.run is not None and effective_status(self.run) in ("running", "queued")
+        live = self.run is not None and effective_status(self.run) in ("running", "queued", "waiting")
         was_at_end = (live or old_count > 0) and (option_list.highlighted is None
                                                   or option_list.highlighted >= old_count - 1)
         options = [Option(step_prompt(view, dollars=self.chart_dollars), id=f"step-{view.n}") for view in self.views]
@@ -480,7 +481,63 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
             return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
+        if action in ("approve", "deny"):
+            return True if self._waiting_calls() else None
         return True
+
+    # -- a run waiting for a person ------------------------------------------
+
+    def _waiting_calls(self) -> list:
+        """The calls of the shown run that wait for a decision (read with the steps)."""
+        if self.run is None or self.run.status != "waiting":
+            return []
+        return [call for view in self.views for call in view.calls
+                if call.decision and call.decision.startswith("waiting")]
+
+    def action_approve(self) -> None:
+        if self._waiting_calls():
+            self._decide(True, None)
+
+    def action_deny(self) -> None:
+        calls = self._waiting_calls()
+        if not calls:
+            return
+
+        def denied(reason: str | None) -> None:
+            if reason:
+                self._decide(False, reason)
+
+        self.app.push_screen(DenyDialog(self.run_id, [f"{c.name} ({c.id})" for c in calls]), denied)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="decide")
+    def _decide(self, approve: bool, reason: str | None) -> None:
+        from ...agent.approvals import decider
+
+        store, run_id = self.store, self.run_id
+        decided = 0
+        try:
+            user, host = decider()
+            for row in store.approvals(run_id):
+                if row.state == "pending":
+                    store.decide(run_id, row.tool_use_id, approve=approve, by=user, host=host, reason=reason,
+                                 expect_hash=row.input_hash)
+                    decided += 1
+            self.post_message(Decided(run_id, decided, None))
+        except Exception as exc:  # decided elsewhere meanwhile, or the database: the line says which
+            self.post_message(Decided(run_id, decided, redacted_line(exc, 200)))
+        finally:
+            store.close_thread_connection()
+
+    @on(Decided)
+    def _decided(self, message: Decided) -> None:
+        if message.run_id != self.run_id:
+            return
+        if message.error:
+            self.app.notify(f"Run {message.run_id}: {message.error}", severity="warning")
+        elif message.decided:
+            self.app.notify(f"{message.decided} call(s) decided; run {message.run_id} goes on.", title="Approvals")
+            self.app.resume_run(message.run_id)
+        self._load()
 
     def action_back(self) -> None:
         if self.mode != "detail":

@@ -1,0 +1,66 @@
+"""Deciding the calls a run waits on, from its transcript: ``a`` approves, ``D`` denies with a reason.
+
+The decision is committed by a thread worker (``store.decide``, one
+conditional UPDATE per call, bound to each call's argument hash as shown),
+then the run is resumed like any other, in the app's drive worker.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
+
+from ...safe_text import printable
+
+
+class Decided(Message):
+    """A worker committed (or could not commit) the decisions on a waiting run's calls."""
+
+    def __init__(self, run_id: str, decided: int, error: str | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.decided = decided
+        self.error = error
+
+
+class DenyDialog(ModalScreen[str | None]):
+    """Why the calls are denied: the model is told this reason. Dismissed with the reason, or None."""
+
+    BINDINGS = [("escape", "cancel", "Cancel")]
+
+    def __init__(self, run_id: str, calls: list[str]) -> None:
+        super().__init__(classes="resume-dialog")
+        self.run_id = run_id
+        self.calls = calls
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="resume-box"):
+            yield Static(Content.styled(f"Deny {len(self.calls)} call(s) of run {printable(self.run_id)}?", "bold"))
+            yield Static(Content(printable(", ".join(self.calls))))
+            yield Static(Content("The reason, which the model is told:"))
+            yield Input(placeholder="e.g. I did this one already", id="deny-reason")
+            yield Static(id="deny-problem")
+            with Horizontal(id="resume-buttons"):
+                yield Button("Deny", id="deny-confirm", variant="error")
+                yield Button("Cancel", id="deny-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#deny-reason", Input).focus()
+
+    @on(Input.Submitted, "#deny-reason")
+    @on(Button.Pressed, "#deny-confirm")
+    def _confirm(self) -> None:
+        reason = self.query_one("#deny-reason", Input).value.strip()
+        if not reason:
+            self.query_one("#deny-problem", Static).update(Content.styled("Say why: the model is told.", "bold"))
+            return
+        self.dismiss(reason[:4000])
+
+    @on(Button.Pressed, "#deny-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
