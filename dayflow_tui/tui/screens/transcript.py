@@ -83,7 +83,7 @@ def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
 
 class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny")
 
     def __init__(self, run_id: str) -> None:
         super().__init__(classes="transcript")
@@ -482,7 +482,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         if action in ("resume", "resume_with_budget"):
             return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
         if action in ("approve", "deny"):
-            return True if self._waiting_calls() else None
+            return True if self._waiting_calls() else False  # shown only while the run waits for a person
         return True
 
     # -- a run waiting for a person ------------------------------------------

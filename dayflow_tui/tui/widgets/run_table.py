@@ -34,10 +34,28 @@ COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False),
            ("task / error", 0, False))
 
 
+# Columns given up first when the terminal is narrow, so the task or error (the last column) keeps room:
+# at 80 columns a row shows id, status, steps, cost and the task.
+DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out")
+TASK_ROOM = 16
+
+
+def visible_columns(width: int) -> list[int]:
+    """Indexes of the columns that fit ``width`` with at least ``TASK_ROOM`` left for the task."""
+    shown = list(range(len(COLUMNS)))
+    for title in DROP_ORDER:
+        fixed = sum(COLUMNS[i][1] + 1 for i in shown if COLUMNS[i][1])
+        if width - fixed >= TASK_ROOM:
+            break
+        shown.remove(next(i for i in shown if COLUMNS[i][0] == title))
+    return shown
+
+
 def _cells(values: list[tuple[str, str]], width: int) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis", end="")
     used = 0
-    for (title, col_width, right), (value, style) in zip(COLUMNS, values):
+    shown = visible_columns(width)
+    for (title, col_width, right), (value, style) in ((COLUMNS[i], values[i]) for i in shown):
         if col_width == 0:
             col_width = max(width - used - 1, 0)
         if used:
