@@ -92,11 +92,16 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def poll(self) -> None:
         """Live tick: the reader checks the change marker, then reads only the changed rows."""
-        self.table.poll()
+        tables = self.query(RunTable)
+        if not tables:  # composing or being torn down (the app is exiting): nothing to poll
+            return
+        tables.first().poll()
         self.sync_bindings()
 
     @on(RunTable.Changed)
     def _table_changed(self) -> None:
+        if not self.query(RunTable) or not self.query(SpendPanel):
+            return
         self._show_state()
         self.query_one(SpendPanel).refresh_totals()
 
@@ -119,10 +124,10 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
-            run = self.table.current if self.is_mounted else None
+            run = self.table.current if self.is_mounted and self.query(RunTable) else None
             return None if run is None or self.app.resume_blocker(run) else True
         if action == "open":
-            return True if self.is_mounted and self.table.current is not None else None
+            return True if self.is_mounted and self.query(RunTable) and self.table.current is not None else None
         return True
 
     def action_open(self) -> None:
