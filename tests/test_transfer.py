@@ -41,8 +41,10 @@ def test_round_trip_keeps_every_column_of_every_row(db_target, target_kind, tmp_
     assert exported.returncode == 0, exported.stderr
     lines = [json.loads(line) for line in archive.read_text(encoding="utf-8").splitlines()]
     assert lines[0]["dayflow"] == "runs" and lines[0]["format"] == 1
+    assert before["approvals"]  # each tool call's result, journaled as it completed, travels with its run
     assert lines[-1] == {"kind": "end", "counts": {"run": 3, "step": len(before["steps"]), "resume": 1,
-                                                   "task": len(before["tasks"])}}
+                                                   "task": len(before["tasks"]),
+                                                   "approval": len(before["approvals"])}}
     # The stored JSON text of each step travels as a string, untouched.
     stored = {(s["run_id"], s["n"]): s["assistant"] for s in before["steps"]}
     assert {(r["row"]["run_id"], r["row"]["n"]): r["row"]["assistant"] for r in lines if r["kind"] == "step"} == stored

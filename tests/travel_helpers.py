@@ -22,7 +22,7 @@ from dayflow_tui.store import open_store
 from .conftest import CountingClient, dayflow_cmd, pg_schema
 from .reliability_helpers import cli_env
 
-TABLES = {"runs": "id", "steps": "run_id, n", "run_resumes": "id", "tasks": "id"}
+TABLES = {"runs": "id", "steps": "run_id, n", "run_resumes": "id", "tasks": "id", "approvals": "id"}
 
 
 @contextlib.contextmanager
@@ -63,6 +63,7 @@ def run_rows(target: str, run_ids: set[str]) -> dict[str, list[dict]]:
         "steps": [r for r in rows(target, "steps") if r["run_id"] in run_ids],
         "run_resumes": [r for r in rows(target, "run_resumes") if r["run_id"] in run_ids],
         "tasks": [r for r in rows(target, "tasks") if r["run_id"] in run_ids],
+        "approvals": [r for r in rows(target, "approvals") if r["run_id"] in run_ids],  # the per-call journal
     }
 
 
