@@ -138,3 +138,22 @@ def test_spend_counts_a_forks_copied_steps_once(db_path, monkeypatch):
     ok(dayflow("fork", parent, "--at", "2", db=db, env=env))
     after = json.loads(ok(dayflow("spend", "--json", db=db, env=env)).stdout)["total"]
     assert after["cost_usd"] == before["cost_usd"] and after["calls"] == before["calls"]
+
+
+def test_a_fork_travels_with_its_parent_link_and_its_copied_steps_are_searchable(db_path, tmp_path):
+    """Export keeps parent_id/forked_at; import restores them; search finds the fork's copied steps as its own."""
+    db = str(db_path)
+    env = cli_env()
+    ok(dayflow("brief", db=db, env=env))
+    [parent] = run_ids(db, env)
+    fork = text(ok(dayflow("fork", parent, "--at", "2", db=db, env=env)).stdout).strip()
+    hits = json.loads(ok(dayflow("search", "calendar", "--json", db=db, env=env)).stdout)
+    found = {h.get("run_id") or h.get("run") for h in (hits if isinstance(hits, list) else hits["results"])}
+    assert {parent, fork} <= found
+    archive = tmp_path / "runs.jsonl"
+    ok(dayflow("export", parent, fork, "--jsonl", str(archive), db=db, env=env))
+    other = str(tmp_path / "other.db")
+    ok(dayflow("import", str(archive), db=other, env=env))
+    runs = {r["id"]: r for r in read_db(other).runs}
+    assert runs[fork]["parent_id"] == parent and runs[fork]["forked_at"] == 2
+    assert steps_of(other, fork) and len(steps_of(other, fork)) == 2
