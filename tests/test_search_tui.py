@@ -186,7 +186,9 @@ def _search_for(text: str, *, open_first: bool = False):
     async def run_before(pilot):
         await pilot.press("slash")
         await type_text(pilot, text)
-        await wait_for(pilot, lambda: searched(pilot.app))
+        # The answer to the whole text, not to a prefix typed on the way (each keystroke searches).
+        await wait_for(pilot, lambda: searched(pilot.app) and pilot.app.screen.search_query is not None
+                       and pilot.app.screen.search_query.source.strip() == text)
         if open_first:
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(pilot.app.screen, SearchableTranscript)

@@ -101,7 +101,8 @@ async def test_the_spend_panel_and_the_tokens_or_dollars_switch(store, monkeypat
         text = screen_text(app)
         older = costs.run_cost(store, "run-done-0002").total
         assert f"spend: today {format_usd(total)} · 7 days {format_usd(total + older)}" in text
-        assert format_usd(total) in text.split("run-done-0001", 1)[1].splitlines()[0]  # the cost column
+        row = next(line for line in text.splitlines() if line.lstrip().startswith("run-done-0001"))
+        assert format_usd(total) in row  # the cost column
         screen = await _open(pilot, "run-done-0001")
         chart = screen.query_one(Sparkline)
         assert list(chart.data) == [v.input_tokens + v.output_tokens for v in screen.views]

@@ -266,7 +266,7 @@ async def test_run_held_by_another_process_cannot_be_resumed_until_it_dies(db_ta
 async def test_markup_and_escape_codes_render_literally(store):
     demo_data.hostile_run(store, "run-hostile-1", demo_data.BASE_TIME)
     app = DayflowApp(store)
-    async with app.run_test(size=(200, 50)) as pilot:
+    async with app.run_test(size=(250, 50)) as pilot:  # wide: the task column beside the preview pane
         await settle(pilot)
         listed = screen_text(app)
         assert "Summarise: [bold]not bold[/] [link=https://evil.example]click[/link] \\x1b[31mred?" in listed

@@ -40,9 +40,14 @@ def reads_done(app) -> bool:
     """The dashboard's reader has answered everything asked of it, and the run list has its rows."""
     from dayflow_tui.tui.widgets.run_table import RunTable
 
+    from dayflow_tui.tui.widgets.run_preview import RunPreview
+
     if not app.reader.idle():
         return False
     tables = app.screen.query(RunTable)
+    previews = app.screen.query(RunPreview)
+    if previews and previews.first().display and not previews.first().settled:
+        return False
     return not tables or tables.first().loaded_once
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, Static
 from ...safe_text import printable
 from .. import bindings, formatting
 from ..cost_view import SpendPanel
+from ..widgets.run_preview import MIN_WIDTH, RunPreview
 from ..widgets.run_table import RunFilter, RunTable, header_text
 
 POLL_EVERY_S = 0.5
@@ -35,13 +36,17 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         yield Header()
         with Horizontal(id="filter-bar"):
             yield Static(id="filter-status")
-        yield Static(id="table-header")
-        yield RunTable(self.app.reader, id="runs")
-        yield Static(id="empty")
+        with Horizontal(id="list-body"):
+            with Vertical(id="list-main"):
+                yield Static(id="table-header")
+                yield RunTable(self.app.reader, id="runs")
+                yield Static(id="empty")
+            yield RunPreview(id="preview")
         yield SpendPanel(id="spend")
         yield Footer()
 
     def on_mount(self) -> None:
+        self._fold_preview()
         self.table.reload(self.run_filter)
         self._show_state()
         self.table.focus()
@@ -52,7 +57,13 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         return self.query_one(RunTable)
 
     def on_resize(self) -> None:
+        self._fold_preview()
         self._draw_header()
+
+    def _fold_preview(self) -> None:
+        previews = self.query(RunPreview)
+        if previews:
+            previews.first().display = self.app.size.width >= MIN_WIDTH
 
     def _draw_header(self) -> None:
         header = self.query_one("#table-header", Static)
@@ -104,6 +115,9 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             return
         self._show_state()
         self.query_one(SpendPanel).refresh_totals()
+        previews = self.query(RunPreview)
+        if previews:
+            previews.first().refresh_run()
 
     def run_changed(self, run_id: str) -> None:
         """The app says one of its workers committed to ``run_id``."""
@@ -119,8 +133,11 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self.app.open_transcript(event.run_id)
 
     @on(RunTable.Highlighted)
-    def _highlighted(self) -> None:
+    def _highlighted(self, event: RunTable.Highlighted) -> None:
         self.sync_bindings()
+        previews = self.query(RunPreview)
+        if previews and previews.first().run_id != event.run_id:
+            previews.first().show(event.run_id)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):

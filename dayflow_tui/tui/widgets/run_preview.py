@@ -1,0 +1,145 @@
+"""The run list's preview pane: the highlighted run at a glance, read off the UI thread.
+
+What a person checks before opening a run (k9s' describe, lazygit's side
+panel): its status, agent and model, steps, tokens and dollars, who holds
+it (and how fresh its heartbeat is), its parent when it is a fork, the
+tasks it created, and the first lines of its answer or its error. The
+reader thread reads it (``PreviewRead``); the pane folds away on terminals
+narrower than ``MIN_WIDTH``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Static
+
+from ...costs import run_cost
+from ...pricing import format_usd
+from ...safe_text import one_line, printable
+from ...store import effective_status, holder, owner_alive, this_host
+from ...store.models import Run
+from .. import formatting
+
+MIN_WIDTH = 100  # the terminal's columns below which the pane folds away
+ANSWER_LINES = 12
+TASK_LINES = 8
+
+
+@dataclass(frozen=True)
+class Preview:
+    run: Run
+    tasks: tuple
+    cost: object
+
+
+class PreviewRead(Message):
+    def __init__(self, run_id: str, preview: Preview | None, error: BaseException | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.preview = preview
+        self.error = error
+
+
+def read_preview(store, run_id: str) -> Preview:
+    """Everything the pane shows, in one go on the reader thread."""
+    run = store.get_run(run_id)
+    return Preview(run, tuple(store.list_tasks(include_done=True, run_id=run.id)[:TASK_LINES + 1]),
+                   run_cost(store, run.id).total)
+
+
+def preview_content(preview: Preview) -> Content:
+    run = preview.run
+    status = effective_status(run)
+    parts: list = [(printable(run.id), "bold"), "\n",
+                   (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
+                   f"  ·  {printable(getattr(run, 'agent', None) or 'brief')}  ·  {printable(one_line(run.model, 40))}",
+                   "\n",
+                   f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
+                   f"{formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out  ·  "
+                   f"{format_usd(preview.cost, unknown='price unknown')}", "\n"]
+    if run.owner_pid is not None:
+        if run.owner_pid == os.getpid() and run.owner_host == this_host():
+            who = "held by this dashboard"
+        else:
+            who = f"held by {holder(run)} ({'alive' if owner_alive(run) else 'gone'})"
+        parts += [(f"{who}, heartbeat {formatting.ago(run.heartbeat_at)}", "dim"), "\n"]
+    if getattr(run, "parent_id", None):
+        parts += [(f"⑂ fork of {printable(run.parent_id)} at step {run.forked_at}", "dim"), "\n"]
+    parts += [("started ", "dim"), formatting.started(run.created_at), ("  ·  last activity ", "dim"),
+              formatting.ago(run.updated_at), "\n\n"]
+    tasks = preview.tasks
+    if tasks:
+        parts += [(f"tasks created ({len(tasks) if len(tasks) <= TASK_LINES else f'{TASK_LINES}+'})", "bold"), "\n"]
+        for task in tasks[:TASK_LINES]:
+            mark = "✔" if task.done else "•"
+            parts += [f" {mark} {one_line(task.title, 60)}", (f"  {task.due}" if task.due else "", "dim"), "\n"]
+        parts.append("\n")
+    if run.error and run.status != "done":
+        parts += [("error", "bold red"), "\n", (printable(one_line(run.error, 400)), "red"), "\n"]
+    elif run.final_text:
+        parts += [("answer", "bold"), "\n"]
+        lines = printable(run.final_text).splitlines()
+        parts += ["\n".join(line[:120] for line in lines[:ANSWER_LINES])]
+        if len(lines) > ANSWER_LINES:
+            parts += ["\n", (f"… {len(lines) - ANSWER_LINES} more line(s): Enter opens the run", "dim")]
+    else:
+        parts += [("task", "bold"), "\n", printable(one_line(run.user_msg, 400))]
+    return Content.assemble(*parts)
+
+
+class RunPreview(VerticalScroll):
+    """The pane; ``show(run_id)`` asks the reader, ``PreviewRead`` fills it."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.run_id: str | None = None
+        self.shown_id: str | None = None  # the run whose read is on show
+        self._timer = None
+
+    @property
+    def settled(self) -> bool:
+        """Showing the highlighted run (tests wait for this before they look)."""
+        return self.run_id == self.shown_id
+
+    def compose(self):
+        yield Static(Content.styled("No run highlighted.", "dim"), id="preview-text")
+
+    def show(self, run_id: str | None) -> None:
+        """Read ``run_id`` (a little after the cursor stops: holding j reads only where it lands)."""
+        self.run_id = run_id
+        if self._timer is not None:
+            self._timer.stop()
+        if run_id is None:
+            self.shown_id = None
+            self.query_one("#preview-text", Static).update(Content.styled("No run highlighted.", "dim"))
+            return
+        self._timer = self.set_timer(0.12, lambda: self._read(run_id))
+
+    def refresh_run(self) -> None:
+        """Read the shown run again (the run list saw a commit)."""
+        if self.run_id is not None:
+            self._read(self.run_id)
+
+    def _read(self, run_id: str) -> None:
+        store = self.app.store
+
+        def done(preview, error) -> None:
+            self.post_message(PreviewRead(run_id, preview, error))
+
+        self.app.reader.submit("preview", lambda: read_preview(store, run_id), done)
+
+    def on_preview_read(self, message: PreviewRead) -> None:
+        message.stop()
+        if message.run_id != self.run_id:
+            return
+        text = self.query_one("#preview-text", Static)
+        self.shown_id = message.run_id
+        if message.error is not None:
+            text.update(Content.styled(f"cannot be read: {one_line(message.error, 200)}", "dim"))
+            return
+        text.update(preview_content(message.preview))
