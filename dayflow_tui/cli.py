@@ -242,8 +242,9 @@ def _print_step(event) -> None:
 
 
 def _driving_options(args: argparse.Namespace) -> dict:
-    if args.delay is not None:
-        os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
+    from . import settings
+
+    settings.apply_flags(offline_delay_s=args.delay)
     return dict(budget_tokens=args.budget, compact_at=args.compact_at, crash_after_step=args.crash_after,
                 on_step=_print_step if args.verbose else None, budget_usd=args.budget_usd)
 
@@ -659,8 +660,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from .store import STALE_AFTER_S
     from .agent.worker import work
 
-    if args.delay is not None:
-        os.environ["DAYFLOW_OFFLINE_DELAY"] = str(args.delay)
+    from . import settings
+
+    settings.apply_flags(offline_delay_s=args.delay)
     store = _open(args)
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
     # says it is ready, not inside its first run.

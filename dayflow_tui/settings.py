@@ -366,10 +366,21 @@ def _fingerprint() -> tuple:
                  for name, value in zip(_WATCHED, map(environ.get, _WATCHED)))
 
 
+_flags: dict[str, Any] = {}
+
+
+def apply_flags(**values: Any) -> None:
+    """Command-line flags, the last layer (a None value leaves a setting as it is): passed down through the
+    settings, never through the environment."""
+    global _cached
+    _flags.update({k: v for k, v in values.items() if v is not None})
+    _cached = None
+
+
 def current() -> Settings:
     """The process's settings, read once (read again only if the environment itself changed, as in tests)."""
     global _cached
     stamp = _fingerprint()
     if _cached is None or _cached[0] != stamp:
-        _cached = (stamp, load())
+        _cached = (stamp, load().with_overrides(**_flags))
     return _cached[1]

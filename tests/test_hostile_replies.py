@@ -125,6 +125,59 @@ def test_a_refusal_stops_the_run_and_a_resume_does_not_pay_again(store, api):
     assert again.status == "failed" and again.calls == 0 and api.calls == 1
 
 
+def test_a_refusal_holding_tool_calls_runs_none_of_them(store, api):
+    """A refusal ends the loop before any tool runs, even when the reply holds calls (#12)."""
+    api.planned[1] = message_reply([{"type": "text", "text": "I won't do this."},
+                                    tool_use("create_task", {"title": "x", "idempotency_key": "refused-1"})],
+                                   "refusal")
+    result = run_brief(store, model=MODEL)
+    assert result.status == "failed" and "refusal" in result.error and api.calls == 1
+    assert store.list_tasks(run_id=result.run_id) == []
+    assert store.steps(result.run_id)[0].tool_results is None
+    again = resume(result.run_id, store=store)
+    assert again.status == "failed" and again.calls == 0 and store.list_tasks(run_id=result.run_id) == []
+
+
+def test_a_pause_turn_continuation_joins_the_paused_turn_so_roles_alternate(store, api):
+    from dayflow_tui.agent.loop import replay_request
+
+    paused = [{"type": "text", "text": "Still looking through the calendar..."}]
+    api.planned[1] = message_reply(paused, "pause_turn")
+    result = run_brief(store, model=MODEL)
+    for request in api.requests:
+        roles = [m["role"] for m in request["messages"]]
+        assert all(a != b for a, b in zip(roles, roles[1:])), roles  # never two turns of one role in a row
+    # The second call's reply (its read calls) was merged into the paused turn in the third request.
+    assert api.requests[2]["messages"][1]["content"][0] == paused[0]
+    replayed = [m["role"] for m in replay_request(store, result.run_id)["messages"]]
+    assert all(a != b for a, b in zip(replayed, replayed[1:])), replayed
+    assert result.status == "done"
+
+
+def test_an_empty_text_block_is_stored_as_received_and_sent_back_without_it(store, api):
+    api.planned[1] = message_reply([{"type": "text", "text": ""}, tool_use("read_tasks", {})], "tool_use")
+    result = run_brief(store, model=MODEL)
+    stored = step_blocks(store.steps(result.run_id)[0], "assistant")
+    assert stored[0] == {"type": "text", "text": ""}  # the reply as it came
+    sent = api.requests[1]["messages"][1]
+    assert sent["role"] == "assistant" and all(b.get("text", "x") != "" for b in sent["content"])
+    assert result.status == "done"
+
+
+def test_a_tool_call_cut_off_at_max_tokens_gets_one_call_with_more_room(store, api):
+    api.planned[1] = message_reply([tool_use("create_task", {"title": "Follow", "idempotency_key": "k-1"})],
+                                   "max_tokens")
+    api.planned[2] = message_reply([tool_use("create_task", {"title": "Follow", "idempotency_key": "k-2"}, 2)],
+                                   "max_tokens")
+    result = run_brief(store, model=MODEL)
+    sizes = [r["max_tokens"] for r in api.requests]
+    assert sizes[0] == 4096 and sizes[1] > 4096  # the call after the cut-off reply has more room, once
+    assert sizes[2:] and all(size == 4096 for size in sizes[2:])
+    assert store.list_tasks(run_id=result.run_id) == [] or all(
+        t.idempotency_key not in ("k-1", "k-2") for t in store.list_tasks(run_id=result.run_id))
+    assert api.calls == store.get_run(result.run_id).step_count  # every paid reply committed
+
+
 # -- API failures -----------------------------------------------------------
 
 

@@ -165,3 +165,31 @@ def test_the_core_never_imports_textual(tmp_path):
                          text=True, timeout=120, env={**os.environ, "DAYFLOW_OFFLINE_DELAY": "0"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_no_module_hands_a_value_on_through_the_environment():
+    """One settings object (#12 item 7): flags reach the code through ``settings.apply_flags``, never by
+    writing ``os.environ`` for another module to read. (The demo data pins the fake clock while it seeds:
+    a fixture, not a setting.)"""
+    import re
+    from pathlib import Path
+
+    import dayflow_tui
+
+    root = Path(dayflow_tui.__file__).parent
+    writes = re.compile(r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(setdefault|update|pop)\(|os\.putenv\(")
+    found = [f"{path.relative_to(root)}:{n}" for path in root.rglob("*.py") if path.name != "demo_data.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if writes.search(line)]
+    assert found == []
+
+
+def test_a_delay_flag_reaches_the_offline_model_through_the_settings(monkeypatch):
+    from dayflow_tui import settings
+    from dayflow_tui.agent.offline import OfflineClient
+
+    monkeypatch.setattr(settings, "_flags", {})
+    monkeypatch.setattr(settings, "_cached", None)
+    monkeypatch.delenv("DAYFLOW_OFFLINE_DELAY", raising=False)
+    assert OfflineClient().delay == 0
+    settings.apply_flags(offline_delay_s=0.25)
+    assert OfflineClient().delay == 0.25 and "DAYFLOW_OFFLINE_DELAY" not in __import__("os").environ

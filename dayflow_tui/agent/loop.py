@@ -27,7 +27,7 @@ from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, i
 from ..testhook import pause_point
 from . import estimate
 from .compaction import compact
-from .messages import HistoryError, messages_from, rebuild_messages
+from .messages import HistoryError, add_assistant_turn, messages_from, rebuild_messages
 from ..store.retry import patience
 from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
 from .tokens import estimate_tokens
@@ -40,6 +40,7 @@ from .tools import ToolContext, cut_off_results, run_tools, tool_result
 DEFAULT_API_MODEL = "claude-sonnet-5-5"
 OFFLINE_MODEL = "offline"
 MAX_TOKENS = 4096
+RETRY_MAX_TOKENS = 16384  # once per run, after a reply cut off inside a tool call
 DEFAULT_MAX_STEPS = 12
 DEFAULT_TASK = brief.TASK
 SYSTEM_PROMPT = brief.SYSTEM
@@ -139,24 +140,12 @@ def default_compact_at() -> int | None:
     The compaction threshold of runs started without one, so every front end
     (CLI, dashboard) starts runs the same way.
     """
-    raw = os.environ.get("DAYFLOW_COMPACT_AT", "").strip()
-    if not raw or raw.lower() == "off":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise DayflowError(f"DAYFLOW_COMPACT_AT must be a number of tokens or 'off', got {raw!r}") from None
-    if value < 0:
-        raise DayflowError(f"DAYFLOW_COMPACT_AT must not be negative, got {value}")
-    return value or None
+    return settings.current().compact_at or None  # checked when the settings were read
 
 
 def default_model() -> str:
     """``DAYFLOW_MODEL``, else the offline model when no API key is set."""
-    chosen = os.environ.get("DAYFLOW_MODEL")
-    if chosen:
-        return chosen
-    return DEFAULT_API_MODEL if os.environ.get("ANTHROPIC_API_KEY") else OFFLINE_MODEL
+    return settings.current().default_model
 
 
 def make_client(model: str) -> Any:
@@ -165,7 +154,7 @@ def make_client(model: str) -> Any:
         from .offline import OfflineClient
 
         return OfflineClient()
-    if not os.environ.get("ANTHROPIC_API_KEY"):
+    if not settings.current().has_api_key:
         raise DayflowError(f"model {model[:80]!r} needs ANTHROPIC_API_KEY in the environment (export it and "
                            f"run the command again, or start an offline run: dayflow brief --model {OFFLINE_MODEL})")
     # The key is read from the environment by the SDK and never stored by us;
@@ -178,7 +167,7 @@ def start_client_in_background(model: str) -> None:
 
     Anything wrong (no key, a bad option) is left for ``make_client`` to report where it always has.
     """
-    if model == OFFLINE_MODEL or not os.environ.get("ANTHROPIC_API_KEY"):
+    if model == OFFLINE_MODEL or not settings.current().has_api_key:
         return
     try:
         sdk_client.start(_sdk_options())
@@ -187,19 +176,13 @@ def start_client_in_background(model: str) -> None:
 
 
 def _sdk_options() -> dict:
-    """``DAYFLOW_API_MAX_RETRIES`` and ``DAYFLOW_API_TIMEOUT`` (seconds) tune the SDK's own retries and timeout."""
+    """The SDK's own retries and timeout (settings ``api_max_retries``, ``api_timeout_s``; checked when read)."""
+    current = settings.current()
     options: dict[str, Any] = {}
-    for name, key, kind in (("DAYFLOW_API_MAX_RETRIES", "max_retries", int), ("DAYFLOW_API_TIMEOUT", "timeout", float)):
-        raw = os.environ.get(name, "").strip()
-        if not raw:
-            continue
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = -1
-        if value < 0:
-            raise DayflowError(f"{name} must be a number of {'retries' if kind is int else 'seconds'}, got {raw!r}")
-        options[key] = value
+    if current.api_max_retries is not None:
+        options["max_retries"] = current.api_max_retries
+    if current.api_timeout_s is not None:
+        options["timeout"] = current.api_timeout_s
     return options
 
 
@@ -337,6 +320,8 @@ class _Driver:
         self.crash_after_step = crash_after_step
         self.should_stop = should_stop
         self.calls = 0
+        self.cut_off_call = False  # the next call gets RETRY_MAX_TOKENS (a reply cut off inside a tool call)
+        self.retried_cut_off = False
         self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
         self.spend = _Spend(replayed=Cost())
 
@@ -406,6 +391,10 @@ class _Driver:
                                   f"{run.budget_tokens:,} spent", n - 1, spent_in, spent_out, replayed)
             prepared = prepare_messages(messages, run.compact_at)
             request = build_request(run.model, prepared.messages, self.agent)
+            if self.cut_off_call:
+                # The last reply was cut off inside a tool call: this call gets room to finish one (once).
+                request["max_tokens"] = RETRY_MAX_TOKENS
+                self.cut_off_call = False
             reply_cap: int | None = None
             if run.budget_usd is not None:
                 call = estimate.predict(request, self.spend.previous, expected_output_tokens=estimate.expected_output(
@@ -452,10 +441,12 @@ class _Driver:
                 return self._result(status, text, n, spent_in, spent_out, replayed, error)
             # Commit the paid turn before any tool runs: a crash from here on loses no call.
             self._commit(step, None)
-            messages.append({"role": "assistant", "content": blocks})
+            add_assistant_turn(messages, blocks)
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,
                                 self.spend.total))
+            if step.tool_uses and step.stop_reason == "max_tokens" and not self.retried_cut_off:
+                self.cut_off_call = self.retried_cut_off = True
             if step.tool_uses:
                 results = self.run_pending_tools(n, blocks, (spent_in, spent_out), step.stop_reason)
                 messages.append({"role": "user", "content": results})
@@ -508,6 +499,9 @@ class _Driver:
     @staticmethod
     def _final_state(step: StepRecord) -> tuple[str, str | None, str | None] | None:
         """(status, final text, error) when this response ends the run, else None."""
+        if step.stop_reason == "refusal":
+            # A refusal ends the run before any tool runs, whatever calls the reply holds.
+            return "failed", _text_of(step.assistant) or None, "the model declined to continue (stop_reason=refusal)"
         if step.tool_uses or step.stop_reason == "pause_turn":
             return None  # tools to run, or a server-side turn to continue
         text = _text_of(step.assistant) or None
@@ -728,7 +722,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
                 # Crashed while tools ran: the paid response is stored, so run the
                 # tools (side effects are idempotent by key) and make no new call.
                 results = driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
-                messages.append({"role": "assistant", "content": assistant})
+                add_assistant_turn(messages, assistant)
                 messages.append({"role": "user", "content": results})
         if steps and run.budget_usd is not None:
             driver.spend.previous = previous_call(store, run, messages)

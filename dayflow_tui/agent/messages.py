@@ -68,6 +68,25 @@ def _check_results(run_id: str, step: "Step", ids: list[str], results: list[dict
         raise _refuse(run_id, step.n, "the stored tool results do not answer the step's tool calls one for one")
 
 
+def sendable(blocks: list[dict]) -> list[dict]:
+    """An assistant turn as it is sent back: empty text blocks (stored as received) left out.
+
+    The API refuses an empty text block in a request even though it can send one.
+    """
+    kept = [b for b in blocks if not (b.get("type") == "text" and not str(b.get("text", "")).strip())]
+    return kept or blocks
+
+
+def add_assistant_turn(messages: list[dict], blocks: list[dict]) -> None:
+    """Append an assistant turn; after a ``pause_turn`` (the previous turn is the assistant's, unanswered)
+    the continuation joins the paused turn, so roles keep alternating."""
+    blocks = sendable(blocks)
+    if messages and messages[-1]["role"] == "assistant":
+        messages[-1] = {"role": "assistant", "content": list(messages[-1]["content"]) + blocks}
+    else:
+        messages.append({"role": "assistant", "content": blocks})
+
+
 def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
     """The messages list the next API call receives, checked against the API's rules.
 
@@ -99,7 +118,7 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
                 raise _refuse(run.id, step.n, "an empty turn follows it")
             # (no call and only text: a note a person added after this step, in a fork)
             _check_results(run.id, step, ids, results)
-        messages.append({"role": "assistant", "content": assistant})
+        add_assistant_turn(messages, assistant)
         if results is not None:
             messages.append({"role": "user", "content": results})
     return messages

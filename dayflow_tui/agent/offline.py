@@ -91,7 +91,7 @@ class _Messages:
     def create(self, *, model: str, messages: list[dict], max_tokens: int = 4096, system: Any = None,
                tools: list[dict] | None = None, **_: Any) -> OfflineMessage:
         self._client.calls += 1
-        log = os.environ.get("DAYFLOW_CALL_LOG")
+        log = _settings().call_log
         if log:
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"{os.getpid()} {len(messages)} {time.time():.6f}\n")
@@ -129,7 +129,7 @@ class OfflineClient:
     """Quacks like ``anthropic.Anthropic`` for ``client.messages.create``; counts its calls."""
 
     def __init__(self, delay: float | None = None):
-        self.delay = float(os.environ.get("DAYFLOW_OFFLINE_DELAY", "0") or 0) if delay is None else delay
+        self.delay = _settings().offline_delay_s if delay is None else delay
         self.calls = 0
         self.messages = _Messages(self)
         self.read_only: frozenset[str] | None = None  # a user agent's read-only tools (None: not told)
@@ -137,6 +137,12 @@ class OfflineClient:
     def know_agent(self, agent: Any) -> None:
         """The driver says which tools are safe to call on any agent (only the kinds: nothing else is read)."""
         self.read_only = frozenset(t.name for t in agent.tools if t.kind == "read_only")
+
+
+def _settings():
+    from .. import settings
+
+    return settings.current()
 
 
 _BRIEF_TOOLS = {"read_inbox", "read_calendar", "read_tasks", "create_task"}

@@ -366,7 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
-    os.environ.setdefault("DAYFLOW_OFFLINE_DELAY", WATCHABLE_DELAY_S)
+    from .. import settings
+
+    if os.environ.get("DAYFLOW_OFFLINE_DELAY") is None and settings.current().offline_delay_s == 0:
+        settings.apply_flags(offline_delay_s=float(WATCHABLE_DELAY_S))  # slow enough to watch a run arrive
     try:
         DayflowApp(store).run()
     finally:
