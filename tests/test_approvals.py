@@ -320,3 +320,26 @@ async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(sto
     decided = [row for row in store.approvals(waited.run_id) if row.state != "auto"]
     assert len(decided) == ASKED and {row.state for row in decided} == {"approved" if decision == "approve"
                                                                          else "denied"}
+
+
+@pytest.mark.anyio
+async def test_waiting_runs_come_first_in_the_run_list_and_leave_the_top_once_decided(store):
+    from dayflow_tui.agent import loop
+    from dayflow_tui.tui.app import DayflowApp
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, settle, wait_for
+
+    waited = loop.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
+    newer = [loop.run_brief(store, client=CountingClient()).run_id for _ in range(2)]
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one("RunTable")
+        assert [r.id for r in table.rows] == [waited.run_id, newer[1], newer[0]] and table.total == 3
+        assert table.current.id == waited.run_id  # the cursor starts on what needs a person
+        for row in store.approvals(waited.run_id):
+            if row.state == "pending":
+                store.decide(waited.run_id, row.tool_use_id, approve=True, by="test", host="here")
+        await wait_for(pilot, lambda: [r.id for r in table.rows] == [newer[1], newer[0], waited.run_id])
+        assert table.total == 3

@@ -31,6 +31,8 @@ STORED_STATUS = {"interrupted": "running"}
 # Runs with these shown statuses are few, so a filter on them loads them all and filters in Python.
 LIVENESS_FILTERS = ("running", "interrupted")
 LIVENESS_LIMIT = 10_000
+PINNED_LIMIT = 500
+WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class RunWindow:
     reloaded: bool = False
     changed: bool = False
     waiting: int = 0  # runs waiting for a person's decision (the title bar's count)
+    pinned: int = 0  # the first ``pinned`` rows are the waiting runs, shown on top
+    cursor: tuple[str, str] | None = None  # the keyset position of the last page read
 
     def row(self, index: int) -> Run | None:
         return self.rows[index] if 0 <= index < len(self.rows) else None
@@ -117,7 +121,12 @@ class RunListModel:
                                    marker=marker, costs=self._costs(rows, {}))
             else:
                 total = store.count_runs(status=run_filter.stored(), search=run_filter.search)
-                window = self._loaded(RunWindow(filter=run_filter, total=total, marker=marker),
+                pinned: tuple[Run, ...] = ()
+                if not run_filter.active:
+                    # Runs waiting for a person come first: they are few, and somebody has to act on them.
+                    pinned = tuple(store.list_runs(limit=PINNED_LIMIT, status=[WAITING]))
+                window = self._loaded(RunWindow(filter=run_filter, total=total, marker=marker, rows=pinned,
+                                                pinned=len(pinned), costs=self._costs(list(pinned), {})),
                                       max(self.page - 1, until))
             window = replace(window, positions=_positions(window.rows), keep=keep, reloaded=True, changed=True,
                              last_seen=max((run.updated_at for run in window.rows), default=""),
@@ -138,17 +147,22 @@ class RunListModel:
         """Fetch pages (keyset on the last loaded row) until row ``index`` is loaded."""
         rows, costs, exhausted, total = list(window.rows), dict(window.costs), window.exhausted, window.total
         last_seen = window.last_seen
+        pinned = {run.id for run in rows[:window.pinned]}
+        cursor = window.cursor
         while not exhausted and len(rows) <= index:
             want = max(self.page, index + 1 - len(rows))
-            before = run_key(rows[-1]) if rows else None
-            batch = self.store.list_runs(limit=want, before=before, status=window.filter.stored(),
+            batch = self.store.list_runs(limit=want, before=cursor, status=window.filter.stored(),
                                          search=window.filter.search)
-            rows.extend(batch)
-            costs = self._costs(batch, costs)
+            if batch:
+                cursor = run_key(batch[-1])
+            kept = [run for run in batch if run.id not in pinned]  # shown at the top already
+            rows.extend(kept)
+            costs = self._costs(kept, costs)
             last_seen = max([last_seen] + [run.updated_at for run in batch])
             if len(batch) < want:
                 exhausted, total = True, len(rows)
-        return replace(window, rows=tuple(rows), costs=costs, exhausted=exhausted, total=total, last_seen=last_seen)
+        return replace(window, rows=tuple(rows), costs=costs, exhausted=exhausted, total=total, last_seen=last_seen,
+                       cursor=cursor)
 
     def poll(self, keep: str | None) -> RunWindow | None:
         """One live-update tick: what other connections committed since the last one (None: nothing)."""
@@ -158,8 +172,10 @@ class RunListModel:
             if marker == window.marker:
                 return None
             changed = self.store.runs_updated_since(_since(window.last_seen))
+            pinned = {run.id for run in window.rows[:window.pinned]}
             rebuild = self._runs_were_removed(window, changed) or (
-                window.filter.active and any(run.id not in window.positions for run in changed))
+                window.filter.active and any(run.id not in window.positions for run in changed)) or (
+                not window.filter.active and any((run.status == WAITING) != (run.id in pinned) for run in changed))
             if not rebuild:
                 return self._commit(self._merged(window, changed, marker))
         # Runs went (pruned) or a filtered list gained one: start over, as far down as was loaded.
@@ -179,8 +195,8 @@ class RunListModel:
             # Not loaded. Every run newer than the last loaded row is loaded, so one that sorts there
             # is new: slot it in. An older one is not loaded yet (paging will fetch it as it is now).
             key = run_key(run)
-            if window.exhausted or not rows or key > run_key(rows[-1]):
-                slot = next((i for i, row in enumerate(rows) if run_key(row) < key), len(rows))
+            if window.exhausted or window.cursor is None or key > window.cursor:
+                slot = next((i for i in range(window.pinned, len(rows)) if run_key(rows[i]) < key), len(rows))
                 rows.insert(slot, run)
                 positions = _positions(rows)
                 inserted += 1
@@ -200,7 +216,7 @@ class RunListModel:
         """
         if window.filter.status in LIVENESS_FILTERS:
             return False  # running and interrupted runs are never removed
-        last = run_key(window.rows[-1]) if window.rows else None
+        last = window.cursor
         arriving = sum(1 for run in changed if run.id not in window.positions
                        and (window.exhausted or last is None or run_key(run) > last))
         count = self.store.count_runs(status=window.filter.stored(), search=window.filter.search)
