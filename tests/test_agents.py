@@ -280,3 +280,32 @@ def test_the_example_agent_runs_offline_and_shows_in_the_run_list(db_path, tmp_p
     assert "drop this" in result.stdout
     listing = dayflow("runs", db=db, env=cli_env()).stdout.decode()
     assert "agent=todo-triage" in listing
+
+
+def test_the_example_agents_gated_tool_waits_for_approval_and_runs_once(db_path, tmp_path):
+    from .loopback_api import LoopbackAPI, message_reply
+
+    db = str(db_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    example = Path(__file__).resolve().parent.parent / "examples" / "todo_triage.py"
+    with LoopbackAPI() as api:
+        api.planned[1] = message_reply([{"type": "tool_use", "id": "toolu_issue", "name": "open_issue",
+                                         "input": {"title": "Redesign error handling", "body": "See FIXME."}}],
+                                       "tool_use")
+        api.planned[2] = message_reply([{"type": "text", "text": "Opened one issue."}], "end_turn")
+        env = cli_env(**api.env())
+
+        def cli(*args):
+            return subprocess.run(dayflow_cmd(*args, "--db", db), env=env, capture_output=True, text=True,
+                                  cwd=repo, timeout=120, stdin=subprocess.DEVNULL)
+
+        started = cli("run", f"{example}:agent", "--model", "claude-loopback-1")
+        assert started.returncode == 0 and "open_issue" in started.stderr, started.stderr
+        assert not (repo / "ISSUES.md").exists() and api.calls == 1  # it waits: nothing written, nothing bought
+        [waiting] = json.loads(cli("pending", "--json").stdout)
+        assert waiting["tool"] == "open_issue"
+        approved = cli("approve", waiting["run_id"], "--all")
+        assert approved.returncode == 0, approved.stderr
+        assert "Opened one issue." in approved.stdout and api.calls == 2
+    assert (repo / "ISSUES.md").read_text().count("## Redesign error handling") == 1

@@ -343,3 +343,43 @@ async def test_waiting_runs_come_first_in_the_run_list_and_leave_the_top_once_de
                 store.decide(waited.run_id, row.tool_use_id, approve=True, by="test", host="here")
         await wait_for(pilot, lambda: [r.id for r in table.rows] == [newer[1], newer[0], waited.run_id])
         assert table.total == 3
+
+
+@pytest.mark.anyio
+async def test_the_dashboard_edits_a_calls_arguments_then_approves_it(store):
+    from textual.widgets import TextArea
+
+    from dayflow_tui.agent import loop
+    from dayflow_tui.tui.app import DayflowApp
+    from dayflow_tui.tui.screens.decide import EditDialog
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, open_run, screen_text, wait_for
+
+    waited = loop.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
+    first = [r for r in store.approvals(waited.run_id) if r.state == "pending"][0]
+    args = json.loads(first.input)
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_run(pilot, waited.run_id)
+        await wait_for(pilot, lambda: "waiting for a decision" in screen_text(app))
+        # A bad edit is refused with one line and decides nothing.
+        await pilot.press("E")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditDialog))
+        app.screen.query_one(TextArea).text = json.dumps({"title": "no key"})
+        await pilot.click("#edit-confirm")
+        await wait_for(pilot, lambda: any("do not fit" in str(n.message) for n in app._notifications))
+        assert all(r.state == "pending" for r in store.approvals(waited.run_id) if r.state != "auto")
+        # A good one is approved with the person's arguments; the rest are approved with `a`.
+        await pilot.press("E")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditDialog))
+        app.screen.query_one(TextArea).text = json.dumps({**args, "title": "Edited in the dashboard"})
+        await pilot.click("#edit-confirm")
+        await wait_for(pilot, lambda: store.approvals(waited.run_id) and
+                       next(r for r in store.approvals(waited.run_id) if r.tool_use_id == first.tool_use_id)
+                       .state == "approved")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen.run is not None and screen.run.status == "done" and not app.is_driving)
+    titles = {t.idempotency_key: t.title for t in store.list_tasks(run_id=waited.run_id)}
+    assert titles[args["idempotency_key"]] == "Edited in the dashboard" and client.calls == 1

@@ -73,6 +73,13 @@ def test_transcript_three_steps(snap_compare, tui_store):
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-done-0001"))
 
 
+def test_run_waiting_for_a_decision(snap_compare, tui_store):
+    """The waiting run on top of the list, its count in the title, and its transcript at the step that waits."""
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME + timedelta(minutes=5))
+    demo_data.waiting_run(tui_store, "run-wait-0001", demo_data.BASE_TIME)
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-wait-0001"))
+
+
 def test_transcript_tool_error(snap_compare, tui_store):
     demo_data.hostile_run(tui_store, "run-hostile-1", demo_data.BASE_TIME)
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-hostile-1"))

@@ -39,6 +39,8 @@ TRANSCRIPT = [
             tooltip="Let the calls this run waits on run, then resume it"),
     Binding("D", "deny", "Deny", id="deny", tooltip="Refuse the calls this run waits on, with a reason the model "
             "is told, then resume it"),
+    Binding("E", "edit_call", "Edit & approve", id="edit-call",
+            tooltip="Change the arguments of the first call this run waits on, then approve it"),
 ]
 
 # The search screen (``/`` on the run list) and the keys a transcript gains for searching.

@@ -62,6 +62,13 @@ def done_run(store: Store, run_id: str, at: datetime) -> None:
         loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0))
 
 
+def waiting_run(store: Store, run_id: str, at: datetime) -> None:
+    """A run stopped after step 2: its create_task calls wait for a person's decision."""
+    with clock_at(at):
+        loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0),
+                       approval_tools=("create_task",))
+
+
 def interrupted_run(store: Store, run_id: str, at: datetime, *, after_step: int = 1) -> None:
     """A run whose process died after committing ``after_step`` steps (status stays ``running``)."""
     with clock_at(at):

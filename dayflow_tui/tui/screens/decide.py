@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, Static, TextArea
 
 from ...safe_text import printable
 
@@ -62,5 +62,41 @@ class DenyDialog(ModalScreen[str | None]):
         self.dismiss(reason[:4000])
 
     @on(Button.Pressed, "#deny-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class EditDialog(ModalScreen[str | None]):
+    """The arguments of one waiting call, to change before approving it (checked against the tool's schema)."""
+
+    BINDINGS = [("escape", "cancel", "Cancel")]
+
+    def __init__(self, run_id: str, call_name: str, call_id: str, arguments: str) -> None:
+        super().__init__(classes="resume-dialog")
+        self.run_id = run_id
+        self.call_name = call_name
+        self.call_id = call_id
+        self.arguments = arguments
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="resume-box"):
+            yield Static(Content.styled(f"Edit, then approve: {printable(self.call_name)} ({printable(self.call_id)})",
+                                        "bold"))
+            yield Static(Content("The arguments as JSON; they are checked against the tool's schema."))
+            yield TextArea(printable(self.arguments), id="edit-arguments", soft_wrap=True, show_line_numbers=False)
+            with Horizontal(id="resume-buttons"):
+                yield Button("Approve", id="edit-confirm", variant="primary")
+                yield Button("Cancel", id="edit-cancel")
+
+    def on_mount(self) -> None:
+        area = self.query_one("#edit-arguments", TextArea)
+        area.cursor_blink = False
+        area.focus()
+
+    @on(Button.Pressed, "#edit-confirm")
+    def _confirm(self) -> None:
+        self.dismiss(self.query_one("#edit-arguments", TextArea).text)
+
+    @on(Button.Pressed, "#edit-cancel")
     def action_cancel(self) -> None:
         self.dismiss(None)

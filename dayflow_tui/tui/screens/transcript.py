@@ -32,7 +32,7 @@ from ...pricing import Cost, format_usd
 from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
-from .decide import Decided, DenyDialog
+from .decide import Decided, DenyDialog, EditDialog
 
 POLL_EVERY_S = 0.5
 
@@ -83,7 +83,7 @@ def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
 
 class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
 
     def __init__(self, run_id: str) -> None:
         super().__init__(classes="transcript")
@@ -354,8 +354,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             button.label, button.disabled = Content("Resume"), False
             button.tooltip = "Continue this run where it stopped (r)"
         else:
-            short = "Done" if blocker.startswith("done") else ("Running here" if blocker == "being driven here"
-                                                               else "Busy")
+            short = ("Done" if blocker.startswith("done") else "Running here" if blocker == "being driven here"
+                     else "Waiting" if "waits for a decision" in blocker else "Busy")
             button.label, button.disabled = Content(short), True
             button.tooltip = printable(f"Cannot resume: {blocker}")
         self.sync_bindings()
@@ -481,7 +481,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
             return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
-        if action in ("approve", "deny"):
+        if action in ("approve", "deny", "edit_call"):
             return True if self._waiting_calls() else False  # shown only while the run waits for a person
         return True
 
@@ -508,6 +508,36 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 self._decide(False, reason)
 
         self.app.push_screen(DenyDialog(self.run_id, [f"{c.name} ({c.id})" for c in calls]), denied)
+
+    def action_edit_call(self) -> None:
+        calls = self._waiting_calls()
+        if not calls:
+            return
+        call = calls[0]
+
+        def edited(text: str | None) -> None:
+            if text is not None:
+                self._approve_edited(call.id, text)
+
+        self.app.push_screen(EditDialog(self.run_id, call.name, call.id, call.pretty_input()), edited)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="decide")
+    def _approve_edited(self, tool_use_id: str, text: str) -> None:
+        from ...agent.approvals import decider, validated_edit
+
+        store, run_id = self.store, self.run_id
+        try:
+            user, host = decider()
+            target, value = validated_edit(store, run_id, tool_use_id, text)  # one line when it does not fit
+            row = next(r for r in store.approvals(run_id) if r.tool_use_id == target)
+            store.decide(run_id, target, approve=True, by=user, host=host, edited_input=value,
+                         expect_hash=row.input_hash)
+            waiting = any(r.state == "pending" for r in store.approvals(run_id))
+            self.post_message(Decided(run_id, 0 if waiting else 1, None))
+        except Exception as exc:
+            self.post_message(Decided(run_id, 0, redacted_line(exc, 200)))
+        finally:
+            store.close_thread_connection()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="decide")
     def _decide(self, approve: bool, reason: str | None) -> None:

@@ -52,8 +52,11 @@ def step_facts(view: StepView) -> Content:
 def call_heading(call: ToolCall) -> Content:
     outcome_style = "bold red" if call.is_error else ("bold green" if call.result is not None else "yellow")
     count = f"  ·  {call.item_count} item{'s' if call.item_count != 1 else ''}" if call.item_count is not None else ""
+    decided = ""
+    if call.decision and not call.decision.startswith("waiting"):
+        decided = f"  ·  {call.decision}"  # who approved or denied it, where and when
     return Content.assemble("→ ", (printable(call.name), "bold"), "  ", (printable(call.outcome), outcome_style),
-                            count)
+                            count, (printable(decided), "italic dim"))
 
 
 class ToolCallView(Vertical):
