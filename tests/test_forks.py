@@ -157,3 +157,55 @@ def test_a_fork_travels_with_its_parent_link_and_its_copied_steps_are_searchable
     runs = {r["id"]: r for r in read_db(other).runs}
     assert runs[fork]["parent_id"] == parent and runs[fork]["forked_at"] == 2
     assert steps_of(other, fork) and len(steps_of(other, fork)) == 2
+
+
+# -- the dashboard ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store):
+    from dayflow_tui.agent import loop
+    from dayflow_tui.tui.app import DayflowApp
+    from dayflow_tui.tui.screens.time_travel import DiffScreen, ForkDialog
+    from dayflow_tui.tui.screens.transcript import TranscriptScreen
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, open_run, select_loaded, settle, wait_for
+
+    parent = loop.run_brief(store, client=CountingClient()).run_id
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_run(pilot, parent)
+        await pilot.press("g", "j")  # step 2
+        await pilot.press("F")
+        await wait_for(pilot, lambda: isinstance(app.screen, ForkDialog))
+        for key in "Mention the dentist.":
+            await pilot.press({" ": "space", ".": "full_stop"}.get(key, key))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen) and app.screen is not screen
+                       and app.screen.run is not None)
+        fork = app.screen
+        assert fork.run.parent_id == parent and fork.run.forked_at == 2 and fork.run.status == "forked"
+        await pilot.press("r")
+        await wait_for(pilot, lambda: fork.run.status == "done" and not app.is_driving)
+        assert client.calls == 1  # only the step after the fork point was bought
+        await pilot.press("escape", "escape")
+        await settle(pilot)
+        await select_loaded(pilot, parent)
+        await pilot.press("d")
+        await select_loaded(pilot, fork.run_id)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.diff is not None)
+        diff = app.screen.diff
+        # The note is a difference in what the tools (a person) answered at step 2; the offline model writes
+        # the same brief after it, so the model itself never diverges.
+        assert diff.common_fork == 2 and [s.state for s in diff.steps] == ["shared", "results_differ", "same"]
+    note = json.loads(store.steps(fork.run_id)[1].tool_results)[-1]
+    assert note["type"] == "text" and note["text"].endswith("Mention the dentist.")
+    assert store.steps(parent)[1].tool_results != store.steps(fork.run_id)[1].tool_results  # the parent untouched

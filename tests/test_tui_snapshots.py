@@ -80,6 +80,29 @@ def test_run_waiting_for_a_decision(snap_compare, tui_store):
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-wait-0001"))
 
 
+def test_diff_of_a_run_and_its_fork(snap_compare, tui_store):
+    """Two runs side by side: the shared copies, the step a person changed, what followed."""
+    from dayflow_tui.agent.offline import OfflineClient
+    from dayflow_tui.store.forks import ForkPlan
+
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
+    with demo_data.clock_at(demo_data.BASE_TIME + timedelta(minutes=5)):
+        tui_store.fork_run("run-done-0001", ForkPlan(at=2, note="Mention the dentist."), run_id="run-fork-0001")
+        loop.resume("run-fork-0001", store=tui_store, client=OfflineClient(delay=0))
+
+    async def run_before(pilot):
+        from dayflow_tui.tui.screens.time_travel import DiffScreen
+
+        await _list_ready(pilot)
+        await pilot.app.push_screen(DiffScreen("run-done-0001", "run-fork-0001"))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, DiffScreen) and pilot.app.screen.diff is not None)
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
 def test_transcript_tool_error(snap_compare, tui_store):
     demo_data.hostile_run(tui_store, "run-hostile-1", demo_data.BASE_TIME)
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-hostile-1"))

@@ -30,6 +30,7 @@ from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
 from .read_model import Reader
+from .screens.time_travel import Forked
 from .screens.help import HelpScreen
 from .screens.run_list import RunListScreen
 from .screens.search import SearchableTranscript
@@ -294,6 +295,14 @@ class DayflowApp(App):
             hook = getattr(screen, "run_changed", None)
             if hook is not None and run_id is not None:
                 hook(run_id)
+
+    @on(Forked)
+    def _forked(self, message: Forked) -> None:
+        if message.error is not None or message.fork_id is None:
+            self.notify(f"Run {message.parent_id} cannot be forked: {message.error}", severity="error")
+            return
+        self.notify(f"Run {message.fork_id} forked from {message.parent_id}; r resumes it.", title="Fork")
+        self.open_transcript(message.fork_id)
 
     @on(RunStarted)
     def _run_started(self, message: RunStarted) -> None:

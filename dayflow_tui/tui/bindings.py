@@ -12,6 +12,8 @@ APP = [
 
 RUN_LIST = [
     Binding("r", "resume", "Resume", id="resume", tooltip="Resume an interrupted, failed or budget-stopped run"),
+    Binding("d", "diff", "Diff", show=False, id="diff",
+            tooltip="Compare two runs step by step: d on one, then d on the other"),
     Binding("B", "resume_with_budget", "Resume with budget", show=False, id="resume-with-budget",
             tooltip="See what resuming will cost and set the run's dollar budget first"),
     Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
@@ -39,6 +41,8 @@ TRANSCRIPT = [
             tooltip="Let the calls this run waits on run, then resume it"),
     Binding("D", "deny", "Deny", id="deny", tooltip="Refuse the calls this run waits on, with a reason the model "
             "is told, then resume it"),
+    Binding("F", "fork", "Fork here", show=False, id="fork",
+            tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
     Binding("E", "edit_call", "Edit & approve", id="edit-call",
             tooltip="Change the arguments of the first call this run waits on, then approve it"),
 ]

@@ -171,6 +171,21 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self.table.reload(self.run_filter, keep=keep)
         self._show_state()
 
+    def action_diff(self) -> None:
+        """``d`` marks a run; ``d`` on another opens both side by side."""
+        current = self.table.current
+        if current is None:
+            return
+        marked = getattr(self, "diff_from", None)
+        if marked is None or marked == current.id:
+            self.diff_from = current.id
+            self.app.notify(f"Run {current.id} marked: press d on another run to compare them.", title="Diff")
+            return
+        from .time_travel import DiffScreen
+
+        self.diff_from = None
+        self.app.push_screen(DiffScreen(marked, current.id))
+
     def action_search(self) -> None:
         from .search import SearchScreen  # every run, as you type; Escape comes back to this list as it was
 

@@ -33,6 +33,7 @@ from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
 from .decide import Decided, DenyDialog, EditDialog
+from .time_travel import ForkDialog, fork_in_worker
 
 POLL_EVERY_S = 0.5
 
@@ -508,6 +509,20 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 self._decide(False, reason)
 
         self.app.push_screen(DenyDialog(self.run_id, [f"{c.name} ({c.id})" for c in calls]), denied)
+
+    def action_fork(self) -> None:
+        """Fork at the highlighted step (the brief line: at the last step)."""
+        index = self._selected()
+        if not self.views:
+            self.app.notify("This run has no step to fork at.", severity="warning")
+            return
+        at = self.views[min(index if index is not None else len(self.views) - 1, len(self.views) - 1)].n
+
+        def chosen(answer) -> None:
+            if answer:
+                fork_in_worker(self.app, self.run_id, at, answer[1])
+
+        self.app.push_screen(ForkDialog(self.run_id, at), chosen)
 
     def action_edit_call(self) -> None:
         calls = self._waiting_calls()
