@@ -309,3 +309,37 @@ def test_the_example_agents_gated_tool_waits_for_approval_and_runs_once(db_path,
         assert approved.returncode == 0, approved.stderr
         assert "Opened one issue." in approved.stdout and api.calls == 2
     assert (repo / "ISSUES.md").read_text().count("## Redesign error handling") == 1
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_dashboard_lists_and_resumes_a_run_of_the_example_agent(store, tmp_path, monkeypatch):
+    from dayflow_tui.agent import loop
+    from dayflow_tui.agent.offline import OfflineClient
+    from dayflow_tui.agent.registry import load_agent, resolve_ref
+    from dayflow_tui.tui.app import DayflowApp
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, open_run, screen_text, settle, wait_for
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "app.py").write_text("x = 1  # TODO: drop this\n")
+    ref = resolve_ref(str(Path(__file__).resolve().parent.parent / "examples" / "todo_triage.py") + ":agent")
+    agent = load_agent(ref)
+    with pytest.raises(SystemExit):
+        loop.run_brief(store, agent=agent, agent_ref=ref, client=OfflineClient(delay=0), crash_after_step=1)
+    [run] = store.list_runs()
+    client = CountingClient()
+    app = DayflowApp(store, client_factory=lambda model: client)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "[todo-triage]" in screen_text(app)
+        screen = await open_run(pilot, run.id)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: screen.run is not None and screen.run.status == "done" and not app.is_driving)
+    assert client.calls == 1  # the step after the crash only
+    assert "drop this" in store.get_run(run.id).final_text
