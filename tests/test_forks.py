@@ -209,3 +209,34 @@ async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store
     note = json.loads(store.steps(fork.run_id)[1].tool_results)[-1]
     assert note["type"] == "text" and note["text"].endswith("Mention the dentist.")
     assert store.steps(parent)[1].tool_results != store.steps(fork.run_id)[1].tool_results  # the parent untouched
+
+
+@pytest.mark.anyio
+async def test_the_run_list_shows_forks_under_their_parent_and_folds_them(store):
+    from dayflow_tui.agent import loop
+    from dayflow_tui.store.forks import ForkPlan
+    from dayflow_tui.tui.app import DayflowApp
+
+    from .conftest import CountingClient
+    from .tui_helpers import SIZE, screen_text, select_loaded, settle, wait_for
+
+    parent = loop.run_brief(store, client=CountingClient()).run_id
+    first = store.fork_run(parent, ForkPlan(at=1)).id
+    second = store.fork_run(parent, ForkPlan(at=2)).id
+    grandchild = store.fork_run(first, ForkPlan(at=1)).id
+    newest = loop.run_brief(store, client=CountingClient()).run_id
+    app = DayflowApp(store)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one("RunTable")
+        assert [r.id for r in table.rows] == [newest, parent, first, grandchild, second]
+        assert table.window.depth == {first: 1, grandchild: 2, second: 1} and table.total == 5
+        text = screen_text(app)
+        assert "▾ 2 forks" in text and "└─ ⑂ @1" in text and "  └─ ⑂ @1" in text
+        await select_loaded(pilot, parent)
+        await pilot.press("z")
+        await wait_for(pilot, lambda: [r.id for r in table.rows] == [newest, parent])
+        assert table.total == 2 and table.current.id == parent
+        await wait_for(pilot, lambda: "▸ 2 forks" in screen_text(app))
+        await pilot.press("z")
+        await wait_for(pilot, lambda: len(table.rows) == 5)

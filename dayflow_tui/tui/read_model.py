@@ -86,9 +86,17 @@ class RunWindow:
     waiting: int = 0  # runs waiting for a person's decision (the title bar's count)
     pinned: int = 0  # the first ``pinned`` rows are the waiting runs, shown on top
     cursor: tuple[str, str] | None = None  # the keyset position of the last page read
+    # What the list shows: ``rows`` with each fork moved under its parent (when both are loaded) and the
+    # forks of folded runs left out; ``depth`` of each fork in its tree, ``forks`` per parent (loaded).
+    shown: tuple[Run, ...] = ()
+    shown_positions: Mapping[str, int] = field(default_factory=dict)
+    shown_total: int = 0
+    depth: Mapping[str, int] = field(default_factory=dict)
+    forks: Mapping[str, int] = field(default_factory=dict)
+    folded: frozenset = frozenset()
 
     def row(self, index: int) -> Run | None:
-        return self.rows[index] if 0 <= index < len(self.rows) else None
+        return self.shown[index] if 0 <= index < len(self.shown) else None
 
 
 class RunListModel:
@@ -99,14 +107,21 @@ class RunListModel:
         self.page = page
         self._lock = threading.Lock()
         self._window = RunWindow()
+        self._folded: set[str] = set()  # runs whose forks are folded away
 
     @property
     def window(self) -> RunWindow:
         return self._window
 
     def _commit(self, window: RunWindow) -> RunWindow:
-        self._window = replace(window, version=self._window.version + 1)
+        self._window = replace(_arranged(window, frozenset(self._folded)), version=self._window.version + 1)
         return self._window
+
+    def fold(self, run_id: str) -> RunWindow:
+        """Fold a run's forks away, or unfold them."""
+        with self._lock:
+            self._folded.symmetric_difference_update({run_id})
+            return self._commit(replace(self._window, keep=run_id, reloaded=False, changed=True))
 
     def reload(self, run_filter: RunFilter, keep: str | None = None, *, until: int = 0) -> RunWindow:
         """Start over from the newest run (on open, on a new filter), loading at least ``until`` rows."""
@@ -322,3 +337,69 @@ class Reader:
             self._closed = True
             self._jobs.clear()
         self._queue.put(None)
+
+
+def _arranged(window: RunWindow, folded: frozenset) -> RunWindow:
+    """``window`` with what it shows: forks under their parents (both loaded), folded forks left out.
+
+    Only without a filter: a filtered list shows its matches as they are. The
+    waiting runs pinned on top stay on top.
+    """
+    rows = list(window.rows)
+    if window.filter.active or not any(getattr(run, "parent_id", None) for run in rows):
+        return replace(window, shown=tuple(rows), shown_positions=_positions(rows), shown_total=window.total,
+                       depth={}, forks={}, folded=folded)
+    head, body = rows[:window.pinned], rows[window.pinned:]
+    loaded = {run.id for run in body}
+    children: dict[str, list[Run]] = {}
+    for run in body:
+        parent = getattr(run, "parent_id", None)
+        if parent in loaded and parent != run.id:
+            children.setdefault(parent, []).append(run)
+    shown: list[Run] = list(head)
+    depth: dict[str, int] = {}
+    hidden = 0
+    placed: set[str] = set()
+
+    def place(run: Run, level: int) -> None:
+        nonlocal hidden
+        if run.id in placed:
+            return
+        placed.add(run.id)
+        shown.append(run)
+        if level:
+            depth[run.id] = level
+        kids = children.get(run.id, [])
+        if run.id in folded:
+            hidden += _count_tree(run.id, children)
+            placed.update(_tree_ids(run.id, children))
+            return
+        for kid in reversed(kids):  # the oldest fork first under its parent
+            place(kid, level + 1)
+
+    for run in body:
+        parent = getattr(run, "parent_id", None)
+        if parent in loaded:
+            continue  # placed under its parent
+        place(run, 0)
+    for run in body:  # a cycle or anything unplaced keeps its own place
+        if run.id not in placed:
+            place(run, 0)
+    forks = {parent: len(kids) for parent, kids in children.items()}
+    return replace(window, shown=tuple(shown), shown_positions=_positions(shown),
+                   shown_total=max(window.total - hidden, len(shown)), depth=depth, forks=forks, folded=folded)
+
+
+def _tree_ids(run_id: str, children: dict[str, list[Run]]) -> set[str]:
+    found: set[str] = set()
+    stack = list(children.get(run_id, []))
+    while stack:
+        run = stack.pop()
+        if run.id not in found:
+            found.add(run.id)
+            stack.extend(children.get(run.id, []))
+    return found
+
+
+def _count_tree(run_id: str, children: dict[str, list[Run]]) -> int:
+    return len(_tree_ids(run_id, children))

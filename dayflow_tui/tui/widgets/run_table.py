@@ -98,6 +98,7 @@ class RunTable(ScrollView, can_focus=True):
         Binding("home,g", "first", "First", show=False),
         Binding("end,G", "last", "Last", show=False),
         Binding("enter", "select", "Open", key_display="⏎"),
+        Binding("z", "fold", "Fold forks", show=False),
     ]
 
     cursor = reactive(0, always_update=True)
@@ -136,11 +137,11 @@ class RunTable(ScrollView, can_focus=True):
 
     @property
     def rows(self) -> tuple[Run, ...]:
-        return self.window.rows
+        return self.window.shown
 
     @property
     def total(self) -> int:
-        return self.window.total
+        return self.window.shown_total
 
     @property
     def costs(self):
@@ -168,9 +169,10 @@ class RunTable(ScrollView, can_focus=True):
 
     def _page_in(self, index: int) -> None:
         """Ask for the page holding row ``index`` (drawn as a placeholder until it comes)."""
-        if index <= self._want_row or self.window.exhausted:
+        if self.window.exhausted or self.reader.pending("runs:page") or index < len(self.window.shown):
             return
-        self._want_row = index + self.model.page // 2
+        # In the loaded rows' numbering: the forks folded away are loaded but not shown.
+        self._want_row = index + self.model.page // 2 + (self.window.total - self.window.shown_total)
         target = self._want_row
         self._read("runs:page", lambda: self.model.load_until(target))
 
@@ -192,13 +194,15 @@ class RunTable(ScrollView, can_focus=True):
         self.window = window
         self.loaded_once = True
         if window.reloaded:
-            self._want_row = len(window.rows) - 1
+            self._want_row = len(window.shown) - 1
         self._resize()
         if window.reloaded:
-            position = window.positions.get(window.keep, 0) if window.keep else 0
-            self.cursor = min(position, max(window.total - 1, 0))
-        elif keep is not None and keep in window.positions and not at_top:
-            self.cursor = window.positions[keep]
+            position = window.shown_positions.get(window.keep, 0) if window.keep else 0
+            self.cursor = min(position, max(window.shown_total - 1, 0))
+        elif window.keep is not None and window.keep in window.shown_positions:  # a fold kept its run
+            self.cursor = window.shown_positions[window.keep]
+        elif keep is not None and keep in window.shown_positions and not at_top:
+            self.cursor = window.shown_positions[keep]
         self.refresh()
         current = self.current
         self.post_message(self.Highlighted(current.id if current else None))
@@ -221,8 +225,8 @@ class RunTable(ScrollView, can_focus=True):
         return self.window.row(self.cursor) if self.total else None
 
     def select_run(self, run_id: str) -> None:
-        if run_id in self.window.positions:
-            self.cursor = self.window.positions[run_id]
+        if run_id in self.window.shown_positions:
+            self.cursor = self.window.shown_positions[run_id]
 
     # -- rendering ---------------------------------------------------------
 
@@ -234,8 +238,16 @@ class RunTable(ScrollView, can_focus=True):
         agent = getattr(run, "agent", None)
         if agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
+        depth = self.window.depth.get(run.id, 0)
         if getattr(run, "parent_id", None):
-            note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}"
+            note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}" if not depth else f"⑂ @{run.forked_at} {note or ''}"
+        if depth:
+            note = "  " * (depth - 1) + "└─ " + (note or "")
+        forks = self.window.forks.get(run.id)
+        if forks:
+            folded = run.id in self.window.folded
+            note = (f"▸ {forks} fork{'s' if forks != 1 else ''} folded (z) · " if folded
+                    else f"▾ {forks} fork{'s' if forks != 1 else ''} · ") + (note or "")
         return _cells([
             (one_line(run.id, 40), ""),
             (formatting.status_label(status), status_style),
@@ -297,6 +309,13 @@ class RunTable(ScrollView, can_focus=True):
 
     def action_last(self) -> None:
         self._move_to(self.total - 1)
+
+    def action_fold(self) -> None:
+        """Fold the highlighted run's forks away (or back): read on the reader thread like every change."""
+        current = self.current
+        if current is not None and current.id in self.window.forks:
+            run_id = current.id
+            self._read("runs:fold", lambda: self.model.fold(run_id))
 
     def action_select(self) -> None:
         current = self.current
