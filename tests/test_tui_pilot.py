@@ -398,3 +398,46 @@ async def test_a_dropped_postgres_session_heals_without_a_toast_and_the_view_cat
             assert "reconnecting" not in app.sub_title
     finally:
         dash_store.close()
+
+
+async def test_the_palette_has_one_help_and_a_screenshot_that_says_where_it_went(tmp_path, monkeypatch):
+    store = open_store(str(tmp_path / "shots.db"))
+    demo_data.every_status(store)
+    monkeypatch.chdir(tmp_path)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert "Keys" not in titles  # ? Help lists every key; two help commands confused people
+        assert titles.count("Screenshot") == 1
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: app.screen.query("CommandInput"))
+        for ch in "screenshot":
+            await pilot.press(ch)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: list(tmp_path.glob("dayflow_*.svg")))
+        [saved] = tmp_path.glob("dayflow_*.svg")
+        svg = saved.read_text(encoding="utf-8")
+        assert svg.startswith("<svg") and "run-done-0001" in svg.replace("&#160;", " ")
+        await wait_for(pilot, lambda: any(str(saved) in str(n.message) for n in app._notifications))
+
+
+async def test_a_screenshot_that_cannot_be_written_is_one_notification(tmp_path, monkeypatch):
+    store = open_store(str(tmp_path / "shots.db"))
+    demo_data.every_status(store)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # the working directory no longer exists (even root cannot write there)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            app.action_save_screenshot()
+            await pilot.pause()
+            messages = [str(n.message) for n in app._notifications]
+            assert any(m.startswith("The screenshot could not be saved") for m in messages), messages
+            assert app.is_running
+    finally:
+        store.close()

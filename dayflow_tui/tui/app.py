@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from textual import on, work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import loop
@@ -115,6 +115,30 @@ class DayflowApp(App):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands, less "Keys" (``?`` Help lists every key) and with a screenshot that says
+        where it went (Textual's saves to a downloads folder a server may not have, and fails silently)."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":
+                continue
+            if command.title == "Screenshot":
+                command = SystemCommand("Screenshot", "Save an SVG of the screen in the current directory",
+                                        self.action_save_screenshot)
+            yield command
+
+    def action_save_screenshot(self) -> None:
+        from datetime import datetime
+
+        name = f"dayflow_{datetime.now():%Y-%m-%dT%H_%M_%S_%f}.svg"
+        try:
+            path = Path.cwd() / name
+            path.write_text(self.export_screenshot(), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"The screenshot could not be saved: {printable(one_line(str(exc), 200))}",
+                        severity="error")
+            return
+        self.notify(f"Saved {printable(str(path))}", title="Screenshot")
 
     def report_error(self, exc: BaseException) -> None:
         if is_connection_error(exc):
