@@ -384,7 +384,7 @@ class _Driver:
             if self.lease.lost:
                 raise RunBusy(f"run {run.id} was taken over by another process")
             if n > run.max_steps:
-                return self._stop("budget", f"stopped at the step limit ({run.max_steps} steps)",
+                return self._stop("budget", f"stopped at the step limit ({run.max_steps} step{'' if run.max_steps == 1 else 's'})",
                                   n - 1, spent_in, spent_out, replayed)
             if run.budget_tokens is not None and spent_in + spent_out >= run.budget_tokens:
                 return self._stop("budget", f"token budget reached: {spent_in + spent_out:,} of "
