@@ -157,3 +157,36 @@ def test_help_screen(snap_compare, tui_store):
         await pilot.press("question_mark")
 
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
+# The layout from a small terminal to a large one: columns shrink by priority (a stopped run's reason stays,
+# in the preview line when its column goes), the transcript's step list narrows, footers and help fit.
+LAYOUT_SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40"),
+                pytest.param((160, 50), id="160x50")]
+
+
+@pytest.mark.parametrize("size", LAYOUT_SIZES)
+def test_layout_run_list(snap_compare, tui_store, size):
+    lease = demo_data.every_status(tui_store)
+    try:
+        assert snap_compare(DayflowApp(tui_store), terminal_size=size, run_before=_list_ready)
+    finally:
+        tui_store.release(lease)
+
+
+@pytest.mark.parametrize("size", LAYOUT_SIZES)
+def test_layout_transcript(snap_compare, tui_store, size):
+    demo_data.failed_run(tui_store, "run-failed-01", demo_data.BASE_TIME)
+    assert snap_compare(DayflowApp(tui_store), terminal_size=size, run_before=_open_run("run-failed-01"))
+
+
+@pytest.mark.parametrize("size", LAYOUT_SIZES)
+def test_layout_help(snap_compare, tui_store, size):
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
+
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: bool(pilot.app.screen.query("#help-keys")))
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=size, run_before=run_before)

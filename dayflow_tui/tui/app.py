@@ -84,6 +84,9 @@ class DayflowApp(App):
     CSS_PATH = [styles_dir() / name for name in STYLE_FILES]
     BINDINGS = bindings.APP
     COMMANDS = App.COMMANDS | {DayflowCommands}
+    # Screen classes the stylesheets use to fit small terminals (80x24 is the floor we design for).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
     def __init__(self, store: Store, *, client_factory: ClientFactory | None = None) -> None:
         super().__init__()

@@ -8,13 +8,15 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
-from ...safe_text import printable
+from ...safe_text import one_line, printable
+from ...store import effective_status
 from .. import bindings, formatting
 from ..cost_view import SpendPanel
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
 from ..widgets.run_table import RunFilter, RunTable, header_text
+from ..widgets.fitting_footer import FittingFooter
 
 POLL_EVERY_S = 0.5
 FILTERS = (None, *formatting.STATUS_ORDER)
@@ -41,9 +43,10 @@ class RunListScreen(bindings.SyncedBindings, Screen):
                 yield Static(id="table-header")
                 yield RunTable(self.app.reader, id="runs")
                 yield Static(id="empty")
+                yield Static(id="preview-line")
             yield RunPreview(id="preview")
         yield SpendPanel(id="spend")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self._fold_preview()
@@ -64,6 +67,27 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         previews = self.query(RunPreview)
         if previews:
             previews.first().display = self.app.size.width >= MIN_WIDTH
+        self._draw_preview_line()
+
+    def _draw_preview_line(self) -> None:
+        """Below ``MIN_WIDTH`` the pane folds away and the task column is short: the highlighted run's
+        whole task or error (why it stopped) shows here instead, from the row already loaded."""
+        lines = self.query("#preview-line")
+        if not lines:
+            return
+        line = lines.first(Static)
+        run = self.table.current if self.query(RunTable) else None
+        line.display = self.app.size.width < MIN_WIDTH and run is not None
+        if run is None or not line.display:
+            return
+        status = effective_status(run)
+        stopped = run.error if run.error and run.status != "done" else None
+        text = stopped or run.user_msg or ""
+        line.update(Content.assemble(
+            (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
+            (f" {printable(one_line(run.id, 40))}: ", "bold"),
+            (printable(one_line(text, 400)), "$text-error" if stopped and status != "budget" else ""),
+        ))
 
     def _draw_header(self) -> None:
         header = self.query_one("#table-header", Static)
@@ -115,6 +139,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             return
         self._show_state()
         self.query_one(SpendPanel).refresh_totals()
+        self._draw_preview_line()
         previews = self.query(RunPreview)
         if previews:
             previews.first().refresh_run()
@@ -135,6 +160,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     @on(RunTable.Highlighted)
     def _highlighted(self, event: RunTable.Highlighted) -> None:
         self.sync_bindings()
+        self._draw_preview_line()
         previews = self.query(RunPreview)
         if previews and previews.first().run_id != event.run_id:
             previews.first().show(event.run_id)

@@ -29,7 +29,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Collapsible, Footer, Header, Input, OptionList, Static
+from textual.widgets import Collapsible, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 from textual.worker import get_current_worker
 
@@ -39,6 +39,7 @@ from ...search.query import Query, QueryError, check_searchable, parse
 from ...search.text import COLUMNS, highlight_spans
 from ...store.search import Hit
 from .. import bindings, formatting
+from ..widgets.fitting_footer import FittingFooter
 from .transcript import BRIEF, TranscriptScreen
 
 # What the beginning of a run id looks like (ids are 12 hex digits; tests and imports use words and dashes).
@@ -202,7 +203,7 @@ class SearchScreen(Screen):
                         "final|error|task", id="search-query")
         yield Static(id="search-status")
         yield OptionList(id="search-results")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         field = self.query_one("#search-query", Input)

@@ -13,10 +13,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Header, Input, Static
+from textual.widgets import Button, Header, Input, Static
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
+from ..widgets.fitting_footer import FittingFooter
 
 STATE_STYLE = {"shared": "dim", "same": "green", "results_differ": "yellow", "differs": "bold red",
                "only_a": "magenta", "only_b": "magenta"}
@@ -108,7 +109,7 @@ class DiffScreen(Screen):
         yield Header()
         yield Static(Content.styled(f"Comparing {self.run_a} (A) and {self.run_b} (B)…", "dim"), id="diff-summary")
         yield VerticalScroll(id="diff-steps")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self._read()

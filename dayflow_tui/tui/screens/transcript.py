@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, OptionList, Sparkline, Static, TextArea
+from textual.widgets import Button, Header, OptionList, Sparkline, Static, TextArea
 from textual.widgets.option_list import Option
 
 from ...agent import loop
@@ -32,6 +32,7 @@ from ...pricing import Cost, format_usd
 from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
+from ..widgets.fitting_footer import FittingFooter
 from .decide import Decided, DenyDialog, EditDialog
 from .time_travel import ForkDialog, fork_in_worker
 
@@ -73,11 +74,12 @@ def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
     errors = sum(1 for call in view.calls if call.is_error)
     tools = f"{calls} tool{'s' if calls != 1 else ''}" if calls else ""
     size = format_usd(view.cost, unknown="?") if dollars else formatting.tokens(view.input_tokens + view.output_tokens)
+    # 30 columns at most, so the narrow sidebar (80-column terminals) holds a step on one line.
     return Content.assemble(
         (f"{view.n:>3} ", "bold"),
-        (printable(view.stop_reason or "—")[:10].ljust(10), "green" if view.stop_reason == "end_turn" else ""),
-        f"{size:>8} ",
-        (tools.ljust(8), ""),
+        (printable(view.stop_reason or "—")[:8].ljust(9), "green" if view.stop_reason == "end_turn" else ""),
+        f"{size:>7} ",
+        (tools.ljust(7), ""),
         (" ✖" if errors or view.problem else "", "bold red"),
     )
 
@@ -127,7 +129,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 with Vertical(id="request-pane", classes="pane"):
                     yield Static(id="request-title", classes="pane-title")
                     yield TextArea(id="request", read_only=True, soft_wrap=True, show_cursor=False)
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.query_one("#raw", TextArea).cursor_blink = False
