@@ -11,7 +11,7 @@ import time
 
 import pytest
 from textual.widgets import OptionList, TextArea
-from .tui_helpers import SIZE, TUI_BIN, GateClient, open_run, screen_text, settle, wait_for
+from .tui_helpers import SIZE, TUI_BIN, GateClient, footer_ready, open_run, screen_text, select_loaded, settle, wait_for
 
 from .conftest import CountingClient, dayflow_cmd
 from dayflow_tui.agent.messages import rebuild_messages
@@ -439,5 +439,42 @@ async def test_a_screenshot_that_cannot_be_written_is_one_notification(tmp_path,
             messages = [str(n.message) for n in app._notifications]
             assert any(m.startswith("The screenshot could not be saved") for m in messages), messages
             assert app.is_running
+    finally:
+        store.close()
+
+
+async def test_at_80x24_the_reason_a_run_stopped_and_every_footer_fit(tmp_path):
+    """The preview pane folds below 100 columns: the stopped run's whole error shows under the list instead,
+    and each screen's footer fits its line (no key cut in half), the transcript's included."""
+    from dayflow_tui.tui.widgets.fitting_footer import FittingFooter, key_width
+
+    store = open_store(str(tmp_path / "small.db"))
+    demo_data.every_status(store)
+    failed = store.get_run("run-failed-01")
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await select_loaded(pilot, "run-failed-01")
+            await wait_for(pilot, lambda: "try again later" in screen_text(app))
+            text = screen_text(app)
+            joined = " ".join(line.strip() for line in text.splitlines())
+            assert failed.error[:60] in joined  # far more than the 16-column task cell holds
+            assert "overloaded" in text
+
+            def footer_fits() -> bool:
+                footer = app.screen.query_one(FittingFooter)
+                keys = list(footer.query("FooterKey"))
+                drawn = sum(key_width(k, footer.compact) for k in keys)
+                return bool(keys) and drawn <= 80
+
+            await wait_for(pilot, footer_fits)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, TranscriptScreen) and app.screen.run)
+            await wait_for(pilot, lambda: footer_ready(app) and footer_fits())
+            last = screen_text(app).rstrip("\n").splitlines()[-1]
+            assert "Resume" in last and "^p palette" in last  # the screen's own keys stay, whole
+            await pilot.resize_terminal(160, 50)
+            await wait_for(pilot, lambda: "New run" in screen_text(app).splitlines()[-1])
     finally:
         store.close()

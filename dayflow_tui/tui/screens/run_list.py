@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Header, Static
 
 from ...safe_text import one_line, printable
@@ -20,6 +21,14 @@ from ..widgets.fitting_footer import FittingFooter
 
 POLL_EVERY_S = 0.5
 FILTERS = (None, *formatting.STATUS_ORDER)
+
+
+class ColumnHeader(Widget):
+    """The run table's column titles, drawn for the width it has when drawn (so it never lags a resize,
+    a screen on top, or the table's first appearance)."""
+
+    def render(self) -> Text:
+        return header_text(max(self.size.width, 1))
 
 
 class RunListScreen(bindings.SyncedBindings, Screen):
@@ -40,7 +49,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             yield Static(id="filter-status")
         with Horizontal(id="list-body"):
             with Vertical(id="list-main"):
-                yield Static(id="table-header")
+                yield ColumnHeader(id="table-header")
                 yield RunTable(self.app.reader, id="runs")
                 yield Static(id="empty")
                 yield Static(id="preview-line")
@@ -61,7 +70,6 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def on_resize(self) -> None:
         self._fold_preview()
-        self._draw_header()
 
     def _fold_preview(self) -> None:
         previews = self.query(RunPreview)
@@ -89,22 +97,18 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             (printable(one_line(text, 400)), "$text-error" if stopped and status != "budget" else ""),
         ))
 
-    def _draw_header(self) -> None:
-        header = self.query_one("#table-header", Static)
-        header.update(header_text(max(header.size.width, 20)))
-
     def _show_state(self) -> None:
         table, empty = self.table, self.query_one("#empty", Static)
         if not table.loaded_once:
             table.display = False
-            self.query_one("#table-header", Static).display = False
+            self.query_one(ColumnHeader).display = False
             empty.display = True
             empty.update(Text("Reading runs…", style="dim"))
             self.query_one("#filter-status", Static).update(Content(""))
             return
         has_rows = table.total > 0
         table.display = has_rows
-        self.query_one("#table-header", Static).display = has_rows
+        self.query_one(ColumnHeader).display = has_rows
         empty.display = not has_rows
         if not has_rows:
             if self.run_filter.active:
@@ -121,8 +125,6 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             shown += f" · ⏸ {waiting:,} waiting for a decision (f to filter)"
         self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
         self.app.show_waiting(waiting)
-        self._draw_header()
-        self.call_after_refresh(self._draw_header)  # a header shown just now has its width after layout
         self.sync_bindings()
 
     def poll(self) -> None:
