@@ -128,6 +128,15 @@ async def test_done_run_has_nothing_to_resume(store):
         await pilot.press("r")
         await pilot.pause(0.2)
         assert not app.is_driving
+        # Pressed anyway, the key says why nothing happens, in the transcript and in the list alike.
+        await wait_for(pilot, lambda: any("done: nothing to resume" in str(n.message) for n in app._notifications))
+        app.clear_notifications()
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen.query(RunTable))
+        await settle(pilot)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: any("run-done-0001 cannot be resumed: done" in str(n.message)
+                                          for n in app._notifications))
     assert client.calls == 0
 
 

@@ -88,6 +88,19 @@ class SyncedBindings:
     """
 
     DYNAMIC_ACTIONS: tuple[str, ...] = ()
+    # Keys of disabled resume actions: pressed anyway, they say why nothing happens instead of nothing.
+    RESUME_KEYS = ("r", "B")
+
+    def explain_refused_resume(self, event, run) -> None:
+        """Call from ``on_key``: a resume key whose action is disabled gets a one-line reason."""
+        if event.key not in self.RESUME_KEYS or run is None:
+            return
+        if self.check_action("resume", ()) is not None:
+            return
+        blocker = self.app.resume_blocker(run)
+        if blocker:
+            event.stop()
+            self.app.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
 
     def sync_bindings(self) -> None:
         state = tuple(self.check_action(action, ()) for action in self.DYNAMIC_ACTIONS)

@@ -175,6 +175,9 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             return True if self.is_mounted and self.query(RunTable) and self.table.current is not None else None
         return True
 
+    def on_key(self, event) -> None:
+        self.explain_refused_resume(event, self.table.current if self.query(RunTable) else None)
+
     def action_open(self) -> None:
         if self.table.current is not None:
             self.app.open_transcript(self.table.current.id)

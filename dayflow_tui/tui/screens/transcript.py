@@ -481,6 +481,9 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
 
     # -- actions -------------------------------------------------------------
 
+    def on_key(self, event) -> None:
+        self.explain_refused_resume(event, self.run)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
             return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
