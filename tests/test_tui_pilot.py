@@ -487,3 +487,36 @@ async def test_at_80x24_the_reason_a_run_stopped_and_every_footer_fit(tmp_path):
             await wait_for(pilot, lambda: "New run" in screen_text(app).splitlines()[-1])
     finally:
         store.close()
+
+
+async def test_e_unfolds_payloads_without_moving_what_is_being_read(tmp_path):
+    from dayflow_tui.tui.widgets.step_detail import StepDetail, ToolCallView
+
+    store = open_store(str(tmp_path / "fold.db"))
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=(100, 18)) as pilot:  # short: even folded, the step is taller than the view
+            await settle(pilot)
+            screen = await open_run(pilot, "run-done-0001")
+            await wait_for(pilot, lambda: len(screen.query(ToolCallView)) >= 3)
+            await settle(pilot)
+            detail = screen.query_one(StepDetail)
+
+            def third_call_y() -> int:  # the call being read (queried afresh: a redraw may rebuild the step)
+                return list(screen.query(ToolCallView))[2].virtual_region.y
+
+            await pilot.press("e")  # unfold: the two payloads above the third call are long
+            await wait_for(pilot, lambda: third_call_y() > 100)
+            await pilot.pause(0.2)
+            target = third_call_y() - 1
+            detail.scroll_to(y=target, animate=False)
+            await wait_for(pilot, lambda: detail.scroll_y == target)
+            before = third_call_y() - detail.scroll_y
+            for _ in range(2):  # fold (what is above shrinks by a hundred lines), then unfold again
+                await pilot.press("e")
+                await pilot.pause(0.2)
+                await wait_for(pilot, lambda: third_call_y() - detail.scroll_y == before, timeout=10)
+            assert detail.scroll_y > 0
+    finally:
+        store.close()

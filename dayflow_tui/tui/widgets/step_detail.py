@@ -114,5 +114,22 @@ class StepDetail(VerticalScroll):
         self.scroll_home(animate=False)
 
     def set_payloads(self, expanded: bool) -> None:
+        """Fold or unfold every payload, keeping the part being read where it is on screen.
+
+        Payloads above the view grow or shrink when toggled; without an anchor
+        the text being read would jump by their height.
+        """
+        anchor, offset = None, 0
+        top = self.scroll_y
+        for child in self.children:
+            region = child.virtual_region
+            if region.y + region.height > top:
+                anchor, offset = child, region.y - top
+                break
         for collapsible in self.query(Collapsible):
             collapsible.collapsed = not expanded
+        if anchor is not None and top > 0:
+            def keep_in_place() -> None:
+                self.scroll_to(y=max(anchor.virtual_region.y - offset, 0), animate=False)
+
+            self.call_after_refresh(keep_in_place)
