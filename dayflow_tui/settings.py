@@ -89,6 +89,9 @@ class Settings:
     require_approval: tuple[str, ...] = ()
     # Who a decision is recorded as (default: the login name of the process deciding).
     user: str | None = None
+    # The dashboard's theme when none was chosen there yet (a choice made in the dashboard is remembered
+    # in the state directory and wins over this).
+    theme: str | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -282,6 +285,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "require_approval": ("DAYFLOW_REQUIRE_APPROVAL", lambda raw: _tool_names(raw),
                          "tool names separated by commas (e.g. create_task), or a list of them"),
     "user": ("DAYFLOW_USER", _text, "a name"),
+    "theme": ("DAYFLOW_THEME", _text, "a theme name (the dashboard's palette lists them)"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}

@@ -150,6 +150,12 @@ class RunQueries:
         return self._filter_runs(Run.select(), status, search).count()
 
     @store_call
+    def count_by_status(self: "Store") -> dict[str, int]:
+        """Runs per stored status (one GROUP BY on the status index): the dashboard header's counts."""
+        query = Run.select(Run.status, peewee.fn.COUNT(Run.id).alias("n")).group_by(Run.status).tuples()
+        return {status: n for status, n in query}
+
+    @store_call
     def runs_updated_since(self: "Store", since: str) -> list[Run]:
         """Runs touched after ``since`` (an ``updated_at`` value): the rows a live view must redraw."""
         return list(self._with_clock(Run.select()).where(Run.updated_at > since).order_by(Run.updated_at))

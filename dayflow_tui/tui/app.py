@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from textual import on, work
 from textual.app import App, SystemCommand
+from textual.color import Color, ColorParseError
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import loop
@@ -25,11 +26,12 @@ from ..redaction import redact, redacted_line
 from ..pricing import format_usd
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
-from . import bindings
+from . import bindings, ui_state
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
 from .read_model import Reader
+from .widgets.header import DayflowHeader, HeaderFacts
 from .screens.time_travel import Forked
 from .screens.help import HelpScreen
 from .screens.run_list import RunListScreen
@@ -41,6 +43,7 @@ STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "sea
 WATCHABLE_DELAY_S = "0.7"
 
 ClientFactory = Callable[[str], Any]
+MUTED_SHARE = 0.75  # muted text: the foreground at this share over the background
 
 
 def styles_dir() -> Path:
@@ -99,13 +102,66 @@ class DayflowApp(App):
         self.reader = Reader(store)
         self.sub_title = store.short_label
         self.waiting_runs = 0
+        self.status_counts: dict[str, int] | None = None  # runs per shown status (None: not read yet)
         self.reconnecting = False
         self.pricing: str | None = None  # a run whose resume waits for its price (then maybe a confirm)
         self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
         self._resuming: set[str] = set()
 
     def on_mount(self) -> None:
-        self.push_screen(RunListScreen())
+        from .. import settings
+
+        self.ui_state, warning = ui_state.load()
+        chosen = self.ui_state.theme or settings.current().theme
+        if chosen and chosen in self.available_themes:
+            self.theme = chosen
+        elif chosen:
+            warning = warning or f"theme {chosen!r} is not available here; using {self.theme}"
+        if warning:
+            self.notify(printable(warning), title="Dashboard state", severity="warning")
+        self.theme_changed_signal.subscribe(self, self._theme_chosen)
+        self.push_screen(RunListScreen(status=self.ui_state.status_filter))
+
+    def get_css_variables(self) -> dict[str, str]:
+        """The theme's variables, with muted text that is muted and readable in every theme.
+
+        Textual's ``$text-muted`` is "auto 60%": in solarized it reads brighter
+        than the theme's own (low-contrast) foreground, and partial styles resolve
+        it to white. The foreground at 75% over the background is below the
+        foreground everywhere and at least 3:1 on every built-in theme
+        (tests/test_tui_themes.py measures it).
+        """
+        variables = super().get_css_variables()
+        try:
+            foreground, background = Color.parse(variables["foreground"]), Color.parse(variables["background"])
+        except (KeyError, ColorParseError):
+            return variables
+        variables["text-muted"] = background.blend(foreground, MUTED_SHARE).hex
+        self.theme_variables = variables
+        return variables
+
+    @staticmethod
+    def known_themes() -> set[str]:
+        from textual.theme import BUILTIN_THEMES
+
+        return set(BUILTIN_THEMES)
+
+    def _theme_chosen(self, theme) -> None:
+        self.remember(theme=theme.name)
+
+    def remember(self, **values) -> None:
+        """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""
+        state = ui_state.changed(self.ui_state, **values)
+        if state == self.ui_state:
+            return
+        self.ui_state = state
+        try:
+            ui_state.save(state)
+        except OSError as exc:
+            if not getattr(self, "_state_unsaved", False):
+                self._state_unsaved = True
+                self.notify(f"Cannot remember the dashboard's theme and filter: {printable(one_line(str(exc), 200))}",
+                            severity="warning")
 
     def on_unmount(self) -> None:
         self.reader.close()
@@ -164,7 +220,24 @@ class DayflowApp(App):
             self.waiting_runs = count
             self._draw_sub_title()
 
+    def show_counts(self, counts: dict[str, int]) -> None:
+        """Runs per status, from the run list's last snapshot: the header's counts."""
+        counts = dict(counts)
+        if counts != self.status_counts:
+            self.status_counts = counts
+            self._refresh_headers()
+
+    def header_facts(self) -> HeaderFacts:
+        return HeaderFacts(self.store.short_label, self.store.backend.kind, self.status_counts or {},
+                           self.status_counts is not None, self.reconnecting)
+
+    def _refresh_headers(self) -> None:
+        for screen in self.screen_stack:
+            for header in screen.query(DayflowHeader):
+                header.refresh()
+
     def _draw_sub_title(self) -> None:
+        self._refresh_headers()
         label = self.store.short_label
         if self.reconnecting:
             label += " · reconnecting…"
@@ -404,6 +477,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     from .. import settings
 
+    theme = settings.current().theme
+    if theme and theme not in DayflowApp.known_themes():
+        store.close()
+        print(f"dayflow-tui: error: theme {printable(theme)!r} (setting theme) is not one of: "
+              f"{', '.join(sorted(DayflowApp.known_themes()))}", file=sys.stderr)
+        return 2
     if os.environ.get("DAYFLOW_OFFLINE_DELAY") is None and settings.current().offline_delay_s == 0:
         settings.apply_flags(offline_delay_s=float(WATCHABLE_DELAY_S))  # slow enough to watch a run arrive
     try:

@@ -57,8 +57,8 @@ def aged(estimate: ResumeEstimate, priced_at: float) -> ResumeEstimate:
 
 def estimate_line(estimate: ResumeEstimate | None, error: str | None = None) -> Content:
     if estimate is None:
-        return Content.styled(f"next call: cannot be priced ({printable(error or 'unknown')})", "dim")
-    return Content.styled(printable(estimate.line()), "dim")
+        return Content.styled(f"next call: cannot be priced ({printable(error or 'unknown')})", "$text-muted")
+    return Content.styled(printable(estimate.line()), "$text-muted")
 
 
 def needs_confirm(estimate: ResumeEstimate | None, threshold: Decimal) -> bool:
@@ -126,7 +126,7 @@ class ResumeDialog(ModalScreen[tuple[bool, Decimal | None]]):
         try:
             budget = parse_budget(self.query_one("#resume-budget", Input).value)
         except ValueError as exc:
-            self.query_one("#resume-problem", Static).update(Content.styled(str(exc), "bold red"))
+            self.query_one("#resume-problem", Static).update(Content.styled(str(exc), "bold $text-error"))
             return
         self.dismiss((True, budget))
 
@@ -144,7 +144,7 @@ class SpendPanel(Static):
             self.text = text
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(Content.styled("spend: …", "dim"), **kwargs)
+        super().__init__(Content.styled("spend: …", "$text-muted"), **kwargs)
         self._last = 0.0
 
     def on_mount(self) -> None:
@@ -174,10 +174,10 @@ class SpendPanel(Static):
             text = "spend: " + " · ".join(parts)
             if top is not None and top.priced.total:
                 text += f" · most: {printable(top.key)} {format_usd(top.priced.total)}"
-            self.post_message(self.Totals(Content.styled(text, "dim")))
+            self.post_message(self.Totals(Content.styled(text, "$text-muted")))
         except Exception as exc:  # the panel says so; the dashboard goes on
             self.post_message(self.Totals(Content.styled(f"spend: cannot be read ({redacted_line(exc, 120)})",
-                                                         "dim")))
+                                                         "$text-muted")))
         finally:
             store.close_thread_connection()
 

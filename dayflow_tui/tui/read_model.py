@@ -84,6 +84,7 @@ class RunWindow:
     reloaded: bool = False
     changed: bool = False
     waiting: int = 0  # runs waiting for a person's decision (the title bar's count)
+    counts: Mapping[str, int] = field(default_factory=dict)  # runs per shown status, all runs (the header)
     pinned: int = 0  # the first ``pinned`` rows are the waiting runs, shown on top
     cursor: tuple[str, str] | None = None  # the keyset position of the last page read
     # What the list shows: ``rows`` with each fork moved under its parent (when both are loaded) and the
@@ -145,7 +146,7 @@ class RunListModel:
                                       max(self.page - 1, until))
             window = replace(window, positions=_positions(window.rows), keep=keep, reloaded=True, changed=True,
                              last_seen=max((run.updated_at for run in window.rows), default=""),
-                             waiting=self._waiting())
+                             waiting=self._waiting(), counts=self._counts())
             return self._commit(window)
 
     def load_until(self, index: int) -> RunWindow | None:
@@ -220,7 +221,7 @@ class RunListModel:
             total = len(rows) if window.exhausted else self.store.count_runs()
         return replace(window, rows=tuple(rows), positions=positions, costs=self._costs(changed, window.costs),
                        total=total, marker=marker, last_seen=last_seen, keep=None, reloaded=False,
-                       changed=bool(changed), waiting=self._waiting())
+                       changed=bool(changed), waiting=self._waiting(), counts=self._counts())
 
     def _runs_were_removed(self, window: RunWindow, changed: list[Run]) -> bool:
         """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
@@ -246,6 +247,18 @@ class RunListModel:
 
     def _waiting(self) -> int:
         return self.store.waiting_count()
+
+    def _counts(self) -> dict[str, int]:
+        """Runs per shown status: stored counts, with running split into running and interrupted (the
+        running runs are few; whether their owner lives is decided here, as the list decides it)."""
+        counts = self.store.count_by_status()
+        if counts.get("running"):
+            running = self.store.list_runs(limit=LIVENESS_LIMIT, status=["running"])
+            dead = sum(1 for run in running if effective_status(run) == "interrupted")
+            counts["running"] -= dead
+            if dead:
+                counts["interrupted"] = dead
+        return {status: n for status, n in counts.items() if n}
 
 
 def _positions(rows) -> dict[str, int]:

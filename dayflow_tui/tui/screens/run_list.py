@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Header, Static
+from textual.widgets import Static
 
 from ...safe_text import one_line, printable
 from ...store import effective_status
@@ -18,6 +18,7 @@ from ..cost_view import SpendPanel
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
 from ..widgets.run_table import RunFilter, RunTable, header_text
 from ..widgets.fitting_footer import FittingFooter
+from ..widgets.header import DayflowHeader
 
 POLL_EVERY_S = 0.5
 FILTERS = (None, *formatting.STATUS_ORDER)
@@ -35,16 +36,17 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.RUN_LIST
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "open")
 
-    def __init__(self) -> None:
+    def __init__(self, *, status: str | None = None) -> None:
         super().__init__(id="run-list")
-        self.run_filter = RunFilter()
+        # The status filter remembered from the last session (ignored when it is no longer a status).
+        self.run_filter = RunFilter(status if status in FILTERS else None)
 
     @property
     def store(self):
         return self.app.store
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield DayflowHeader()
         with Horizontal(id="filter-bar"):
             yield Static(id="filter-status")
         with Horizontal(id="list-body"):
@@ -103,7 +105,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             table.display = False
             self.query_one(ColumnHeader).display = False
             empty.display = True
-            empty.update(Text("Reading runs…", style="dim"))
+            empty.update(Content.styled("Reading runs…", "$text-muted"))
             self.query_one("#filter-status", Static).update(Content(""))
             return
         has_rows = table.total > 0
@@ -125,6 +127,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             shown += f" · ⏸ {waiting:,} waiting for a decision (f to filter)"
         self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
         self.app.show_waiting(waiting)
+        self.app.show_counts(table.window.counts)
         self.sync_bindings()
 
     def poll(self) -> None:
@@ -198,6 +201,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         new_status = self.run_filter.status if status is ... else status
         new_search = self.run_filter.search if search is ... else (search or None)
         self.run_filter = RunFilter(new_status, new_search)  # type: ignore[arg-type]
+        self.app.remember(status_filter=self.run_filter.status)
         keep = self.table.current.id if self.table.current else None
         self.table.reload(self.run_filter, keep=keep)
         self._show_state()

@@ -29,7 +29,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Collapsible, Header, Input, OptionList, Static
+from textual.widgets import Collapsible, Input, OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 from textual.worker import get_current_worker
 
@@ -40,6 +40,7 @@ from ...search.text import COLUMNS, highlight_spans
 from ...store.search import Hit
 from .. import bindings, formatting
 from ..widgets.fitting_footer import FittingFooter
+from ..widgets.header import DayflowHeader
 from .transcript import BRIEF, TranscriptScreen
 
 # What the beginning of a run id looks like (ids are 12 hex digits; tests and imports use words and dashes).
@@ -88,7 +89,7 @@ def snippet_content(hit: Hit) -> Content:
 
 def where_content(hit: Hit) -> Content:
     parts = ([f"step {hit.step}"] if hit.step else []) + [hit.label] + ([one_line(hit.tool, 32)] if hit.tool else [])
-    return Content.styled(" · ".join(parts), "dim")
+    return Content.styled(" · ".join(parts), "$text-muted")
 
 
 def result_prompt(run: RunHits, more: bool) -> Content:
@@ -196,7 +197,7 @@ class SearchScreen(Screen):
         self.searching = Debounced(self, self._start)
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield DayflowHeader()
         with Horizontal(id="search-bar"):
             yield Static(Content.styled("Search", "bold"), id="search-label")
             yield Input(placeholder='words, "a phrase", -word, prefix*, status: tool: run: in:result|args|text|'
@@ -210,7 +211,7 @@ class SearchScreen(Screen):
         field.value = self.initial
         field.focus()
         self._status(Content.styled("Type to search every run: the task, the model's text, tool calls, "
-                                    "tool results, final texts and errors.", "dim"))
+                                    "tool results, final texts and errors.", "$text-muted"))
 
     # -- searching -------------------------------------------------------------
 
@@ -223,9 +224,9 @@ class SearchScreen(Screen):
             return
         if not text.strip():
             self._show((), None)
-            self._status(Content.styled("Type to search every run.", "dim"))
+            self._status(Content.styled("Type to search every run.", "$text-muted"))
             return
-        self._status(Content.styled("searching…", "dim"))
+        self._status(Content.styled("searching…", "$text-muted"))
         self._search(generation, text)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="search")
@@ -387,7 +388,7 @@ class SearchableTranscript(TranscriptScreen):
                 self.query_one("#match-bar", Static).display = False
             else:
                 self._bar(Content.styled(f"No matches in this run for {printable(one_line(query.source, 80))}.",
-                                         "dim"))
+                                         "$text-muted"))
         else:
             self._go_to_match(self._index_of(wanted, hits))
         self.refresh_bindings()
@@ -435,7 +436,7 @@ class SearchableTranscript(TranscriptScreen):
             self._show_selected()
         self._bar(Content.assemble(
             (f"match {self.match_index + 1} of {len(self.matches)}", "bold"), "  ", where_content(hit), "  ",
-            snippet_content(hit), ("  (n / N)", "dim")))
+            snippet_content(hit), ("  (n / N)", "$text-muted")))
 
     def _bar(self, content: Content) -> None:
         bar = self.query_one("#match-bar", Static)

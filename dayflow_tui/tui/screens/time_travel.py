@@ -13,13 +13,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Header, Input, Static
+from textual.widgets import Button, Input, Static
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
 from ..widgets.fitting_footer import FittingFooter
+from ..widgets.header import DayflowHeader
 
-STATE_STYLE = {"shared": "dim", "same": "green", "results_differ": "yellow", "differs": "bold red",
+STATE_STYLE = {"shared": "$text-muted", "same": "$text-success", "results_differ": "$text-warning", "differs": "bold $text-error",
                "only_a": "magenta", "only_b": "magenta"}
 STATE_WORD = {"shared": "shared", "same": "same", "results_differ": "results differ", "differs": "differs",
               "only_a": "only in A", "only_b": "only in B"}
@@ -106,8 +107,8 @@ class DiffScreen(Screen):
         self.diff = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
-        yield Static(Content.styled(f"Comparing {self.run_a} (A) and {self.run_b} (B)…", "dim"), id="diff-summary")
+        yield DayflowHeader()
+        yield Static(Content.styled(f"Comparing {self.run_a} (A) and {self.run_b} (B)…", "$text-muted"), id="diff-summary")
         yield VerticalScroll(id="diff-steps")
         yield FittingFooter()
 
@@ -131,7 +132,7 @@ class DiffScreen(Screen):
     def _show(self, message: DiffRead) -> None:
         summary = self.query_one("#diff-summary", Static)
         if message.error is not None:
-            summary.update(Content.styled(f"cannot compare: {message.error}", "bold red"))
+            summary.update(Content.styled(f"cannot compare: {message.error}", "bold $text-error"))
             return
         diff = self.diff = message.diff
         (ia, oa), (ib, ob) = diff.tokens
@@ -156,9 +157,9 @@ class DiffScreen(Screen):
 def _side(step, side: int) -> Content:
     tokens = step.tokens[side]
     if tokens is None:
-        return Content.styled("—", "dim")
+        return Content.styled("—", "$text-muted")
     stop = step.stop_reason[side]
-    parts: list = [(f"{printable(stop or '—')}  {tokens[0]:,}/{tokens[1]:,}", "dim")]
+    parts: list = [(f"{printable(stop or '—')}  {tokens[0]:,}/{tokens[1]:,}", "$text-muted")]
     for call in step.calls:
         mine = call.a if side == 0 else call.b
         if mine is not None:
@@ -171,5 +172,5 @@ def _side(step, side: int) -> Content:
     lines = [line for line in step.text_diff if line.startswith("  ") or line.startswith("- " if side == 0 else "+ ")]
     if lines:
         parts += ["\n"] + [part for line in lines for part in (
-            (one_line(line[2:], 120), "" if line.startswith("  ") else ("red" if side == 0 else "green")), " ")]
+            (one_line(line[2:], 120), "" if line.startswith("  ") else ("$text-error" if side == 0 else "$text-success")), " ")]
     return Content.assemble(*parts)

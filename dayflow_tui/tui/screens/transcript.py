@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Header, OptionList, Sparkline, Static, TextArea
+from textual.widgets import Button, OptionList, Sparkline, Static, TextArea
 from textual.widgets.option_list import Option
 
 from ...agent import loop
@@ -33,6 +33,7 @@ from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
 from ..widgets.step_detail import StepDetail
 from ..widgets.fitting_footer import FittingFooter
+from ..widgets.header import DayflowHeader
 from .decide import Decided, DenyDialog, EditDialog
 from .time_travel import ForkDialog, fork_in_worker
 
@@ -77,10 +78,10 @@ def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
     # 30 columns at most, so the narrow sidebar (80-column terminals) holds a step on one line.
     return Content.assemble(
         (f"{view.n:>3} ", "bold"),
-        (printable(view.stop_reason or "—")[:8].ljust(9), "green" if view.stop_reason == "end_turn" else ""),
+        (printable(view.stop_reason or "—")[:8].ljust(9), "$text-success" if view.stop_reason == "end_turn" else ""),
         f"{size:>7} ",
         (tools.ljust(7), ""),
-        (" ✖" if errors or view.problem else "", "bold red"),
+        (" ✖" if errors or view.problem else "", "bold $text-error"),
     )
 
 
@@ -108,17 +109,17 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         return self.app.store
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield DayflowHeader()
         with Horizontal(id="run-bar"):
             yield Static(id="run-summary")
-            yield Button("Resume", id="resume-button", variant="primary")
+            yield Button("Resume", id="resume-button", variant="primary", compact=True)
         yield Static(id="resume-estimate")
         yield Static(id="saved")
         yield Static(id="task")
         yield Static(id="live")
         with Horizontal(id="body"):
             with Vertical(id="sidebar"):
-                yield Static(Content.styled("tokens per step", "dim"), id="chart-title")
+                yield Static(Content.styled("tokens per step", "$text-muted"), id="chart-title")
                 yield Sparkline([], id="token-chart")
                 yield OptionList(id="steps")
             with Vertical(id="main"):
@@ -134,7 +135,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     def on_mount(self) -> None:
         self.query_one("#raw", TextArea).cursor_blink = False
         self.query_one("#request", TextArea).cursor_blink = False
-        self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "dim"))
+        self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "$text-muted"))
         self._load()
         self.query_one("#steps", OptionList).focus()
         self.set_interval(POLL_EVERY_S, self.poll)
@@ -260,9 +261,9 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         options = [Option(step_prompt(view, dollars=self.chart_dollars), id=f"step-{view.n}") for view in self.views]
         run = self.run
         if run is not None and run.final_text:
-            options.append(Option(Content.styled("    brief", "bold green"), id=BRIEF))
+            options.append(Option(Content.styled("    brief", "bold $text-success"), id=BRIEF))
         elif run is not None and run.error and run.status != "done":
-            options.append(Option(Content.styled("    stopped", "bold red"), id=BRIEF))
+            options.append(Option(Content.styled("    stopped", "bold $text-error"), id=BRIEF))
         highlighted = option_list.highlighted
         with self.app.batch_update():
             option_list.clear_options()
@@ -281,7 +282,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         else:
             data = [v.input_tokens + v.output_tokens for v in self.views]
             title = "tokens per step ($: dollars)"
-        self.query_one("#chart-title", Static).update(Content.styled(title, "dim"))
+        self.query_one("#chart-title", Static).update(Content.styled(title, "$text-muted"))
         self.query_one("#token-chart", Sparkline).data = data
 
     def action_chart_units(self) -> None:
@@ -453,7 +454,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         area.text = printable(f"{view.raw_assistant}\n\n{results}")
 
     def _fill_request(self) -> None:
-        self.query_one("#request-title", Static).update(Content.styled("Next request: reading…", "dim"))
+        self.query_one("#request-title", Static).update(Content.styled("Next request: reading…", "$text-muted"))
         store, run_id = self.store, self.run_id
 
         def done(preview, error) -> None:

@@ -67,26 +67,26 @@ def preview_content(preview: Preview) -> Content:
             who = "held by this dashboard"
         else:
             who = f"held by {holder(run)} ({'alive' if owner_alive(run) else 'gone'})"
-        parts += [(f"{who}, heartbeat {formatting.ago(run.heartbeat_at)}", "dim"), "\n"]
+        parts += [(f"{who}, heartbeat {formatting.ago(run.heartbeat_at)}", "$text-muted"), "\n"]
     if getattr(run, "parent_id", None):
-        parts += [(f"⑂ fork of {printable(run.parent_id)} at step {run.forked_at}", "dim"), "\n"]
-    parts += [("started ", "dim"), formatting.started(run.created_at), ("  ·  last activity ", "dim"),
+        parts += [(f"⑂ fork of {printable(run.parent_id)} at step {run.forked_at}", "$text-muted"), "\n"]
+    parts += [("started ", "$text-muted"), formatting.started(run.created_at), ("  ·  last activity ", "$text-muted"),
               formatting.ago(run.updated_at), "\n\n"]
     tasks = preview.tasks
     if tasks:
         parts += [(f"tasks created ({len(tasks) if len(tasks) <= TASK_LINES else f'{TASK_LINES}+'})", "bold"), "\n"]
         for task in tasks[:TASK_LINES]:
             mark = "✔" if task.done else "•"
-            parts += [f" {mark} {one_line(task.title, 60)}", (f"  {task.due}" if task.due else "", "dim"), "\n"]
+            parts += [f" {mark} {one_line(task.title, 60)}", (f"  {task.due}" if task.due else "", "$text-muted"), "\n"]
         parts.append("\n")
     if run.error and run.status != "done":
-        parts += [("error", "bold red"), "\n", (printable(one_line(run.error, 400)), "red"), "\n"]
+        parts += [("error", "bold $text-error"), "\n", (printable(one_line(run.error, 400)), "$text-error"), "\n"]
     elif run.final_text:
         parts += [("answer", "bold"), "\n"]
         lines = printable(run.final_text).splitlines()
         parts += ["\n".join(line[:120] for line in lines[:ANSWER_LINES])]
         if len(lines) > ANSWER_LINES:
-            parts += ["\n", (f"… {len(lines) - ANSWER_LINES} more line(s): Enter opens the run", "dim")]
+            parts += ["\n", (f"… {len(lines) - ANSWER_LINES} more line(s): Enter opens the run", "$text-muted")]
     else:
         parts += [("task", "bold"), "\n", printable(one_line(run.user_msg, 400))]
     return Content.assemble(*parts)
@@ -107,7 +107,7 @@ class RunPreview(VerticalScroll):
         return self.run_id == self.shown_id
 
     def compose(self):
-        yield Static(Content.styled("No run highlighted.", "dim"), id="preview-text")
+        yield Static(Content.styled("No run highlighted.", "$text-muted"), id="preview-text")
 
     def show(self, run_id: str | None) -> None:
         """Read ``run_id`` (a little after the cursor stops: holding j reads only where it lands)."""
@@ -116,7 +116,7 @@ class RunPreview(VerticalScroll):
             self._timer.stop()
         if run_id is None:
             self.shown_id = None
-            self.query_one("#preview-text", Static).update(Content.styled("No run highlighted.", "dim"))
+            self.query_one("#preview-text", Static).update(Content.styled("No run highlighted.", "$text-muted"))
             return
         self._timer = self.set_timer(0.12, lambda: self._read(run_id))
 
@@ -140,6 +140,6 @@ class RunPreview(VerticalScroll):
         text = self.query_one("#preview-text", Static)
         self.shown_id = message.run_id
         if message.error is not None:
-            text.update(Content.styled(f"cannot be read: {one_line(message.error, 200)}", "dim"))
+            text.update(Content.styled(f"cannot be read: {one_line(message.error, 200)}", "$text-muted"))
             return
         text.update(preview_content(message.preview))

@@ -232,8 +232,10 @@ class RunTable(ScrollView, can_focus=True):
 
     def _row_text(self, run: Run, width: int) -> Text:
         status = effective_status(run)
-        status_style = self.get_component_rich_style(f"run-table--{status}", partial=True)
-        dim = self.get_component_rich_style("run-table--dim", partial=True)
+        # Full styles, not partial: a theme colour such as $text-muted ("auto 60%") only means something
+        # against the background it sits on (partial, it came out pure white on every theme).
+        status_style = self.get_component_rich_style(f"run-table--{status}")
+        dim = self.get_component_rich_style("run-table--dim")
         note = run.error if run.error and run.status != "done" else run.user_msg
         agent = getattr(run, "agent", None)
         if agent and agent != "brief":
@@ -269,14 +271,16 @@ class RunTable(ScrollView, can_focus=True):
         if run is None:
             if index >= self.total:
                 return Strip.blank(width, base)
-            dim = self.get_component_rich_style("run-table--dim", partial=True)
+            dim = self.get_component_rich_style("run-table--dim")
             placeholder = Text("  …", style=dim, no_wrap=True, end="")
             return Strip(list(placeholder.render(self.app.console))).extend_cell_length(width).apply_style(base)
         text = self._row_text(run, max(width, 1))
-        strip = Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, None)
         if index == self.cursor:
+            # Over the cells' own colours: a status colour on the cursor's blue was unreadable in most themes.
             cursor_style = "run-table--cursor" if self.has_focus else "run-table--cursor-blurred"
-            strip = strip.apply_style(self.get_component_rich_style(cursor_style, partial=True))
+            text.stylize(self.get_component_rich_style(cursor_style))
+            text.pad_right(max(width - text.cell_len, 0))
+        strip = Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, None)
         return strip.apply_style(base)
 
     def on_resize(self, event: events.Resize) -> None:

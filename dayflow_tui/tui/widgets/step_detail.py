@@ -24,7 +24,7 @@ def _text(value: object, style: str = "") -> Content:
 
 
 def step_heading(view: StepView) -> Content:
-    stop_style = "bold green" if view.stop_reason == "end_turn" else "bold"
+    stop_style = "bold $text-success" if view.stop_reason == "end_turn" else "bold"
     parts: list = [(f"Step {view.n}", "bold"), "  stop ", (printable(view.stop_reason or "—"), stop_style),
                    f"  ·  {formatting.tokens(view.input_tokens)} in / {formatting.tokens(view.output_tokens)} out",
                    f"  ·  cumulative {formatting.tokens(view.cum_input)} / {formatting.tokens(view.cum_output)}",
@@ -46,11 +46,11 @@ def step_facts(view: StepView) -> Content:
                 if view.compacted_est_tokens is not None else "")
         facts.append(f"request ~{formatting.tokens(view.request_est_tokens)} tokens{sent}")
     facts.append(f"committed {formatting.started(view.created_at)}")
-    return Content.styled("  ·  ".join(facts), "dim")
+    return Content.styled("  ·  ".join(facts), "$text-muted")
 
 
 def call_heading(call: ToolCall) -> Content:
-    outcome_style = "bold red" if call.is_error else ("bold green" if call.result is not None else "yellow")
+    outcome_style = "bold $text-error" if call.is_error else ("bold $text-success" if call.result is not None else "$text-warning")
     count = f"  ·  {call.item_count} item{'s' if call.item_count != 1 else ''}" if call.item_count is not None else ""
     decided = ""
     if call.decision and not call.decision.startswith("waiting"):
@@ -83,14 +83,14 @@ class StepDetail(VerticalScroll):
         widgets: list = [Static(step_heading(view), classes="step-heading"),
                          Static(step_facts(view), classes="step-facts")]
         if view.problem:
-            widgets.append(Static(_text(view.problem, "bold red"), classes="step-problem"))
+            widgets.append(Static(_text(view.problem, "bold $text-error"), classes="step-problem"))
         for text in view.texts:
             widgets.append(Static(_text(text), classes="assistant-text"))
         for block in view.other_blocks:
-            widgets.append(Static(_text(f"[{block.get('type')} block]", "dim italic"), classes="other-block"))
+            widgets.append(Static(_text(f"[{block.get('type')} block]", "italic $text-muted"), classes="other-block"))
         widgets.extend(ToolCallView(call) for call in view.calls)
         if last and run.error and run.status != "done":
-            widgets.append(Static(_text(f"stopped: {run.error}", "bold red"), classes="run-error"))
+            widgets.append(Static(_text(f"stopped: {run.error}", "bold $text-error"), classes="run-error"))
         self._replace(widgets)
 
     def show_brief(self, run: Run) -> None:
@@ -101,7 +101,7 @@ class StepDetail(VerticalScroll):
                         # Markdown from the model renders as Markdown; control characters are shown as escapes.
                         Markdown(printable(run.final_text), classes="brief")]
         if run.error and run.status != "done":
-            widgets.append(Static(_text(f"stopped: {run.error}", "bold red"), classes="run-error"))
+            widgets.append(Static(_text(f"stopped: {run.error}", "bold $text-error"), classes="run-error"))
         self._replace(widgets)
 
     def show_message(self, text: str) -> None:
