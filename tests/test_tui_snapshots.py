@@ -190,3 +190,16 @@ def test_layout_help(snap_compare, tui_store, size):
         await wait_for(pilot, lambda: bool(pilot.app.screen.query("#help-keys")))
 
     assert snap_compare(DayflowApp(tui_store), terminal_size=size, run_before=run_before)
+
+
+def test_tasks_screen(snap_compare, tui_store):
+    """``t``: the tasks with the run and step that made each (the sample tasks came with the file)."""
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
+
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: getattr(pilot.app.screen, "loaded", False) and reads_done(pilot.app))
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING, Iterable
 
 import peewee
 
 from .. import clock
-from .models import Task
+from .models import Step, Task
 from .retry import store_call
 
 if TYPE_CHECKING:
@@ -41,3 +43,54 @@ class TaskQueries:
         if run_id is not None:
             query = query.where(Task.run == run_id)
         return list(query.order_by(Task.id))
+
+    @store_call
+    def find_tasks(self: "Store", *, text: str | None = None, done: bool | None = None,
+                   run_prefix: str | None = None, limit: int = 500) -> tuple[list[Task], int]:
+        """Tasks newest first, narrowed by words in the title or notes, done or open, and a run id prefix.
+
+        Returns the first ``limit`` and how many match in all (the dashboard's tasks screen).
+        """
+        query = Task.select()
+        for word in (text or "").split():
+            query = query.where(Task.title.contains(word) | Task.notes.contains(word))
+        if done is not None:
+            query = query.where(Task.done == done)
+        if run_prefix:
+            query = query.where(Task.run.startswith(run_prefix))
+        return list(query.order_by(Task.id.desc()).limit(limit)), query.count()
+
+    @store_call
+    def task_origins(self: "Store", tasks: Iterable[Task]) -> dict[int, int]:
+        """The step that created each task: the first of its run's steps whose tool call carried the task's
+        idempotency key (the model chooses the key, so it is matched in the calls' arguments, exactly).
+
+        One query per run, narrowed in SQL by the key's JSON text, confirmed on the decoded blocks.
+        Tasks made outside a run (sample data, imports) have none.
+        """
+        by_run: dict[str, list[Task]] = defaultdict(list)
+        for task in tasks:
+            if task.run_id:
+                by_run[task.run_id].append(task)
+        origins: dict[int, int] = {}
+        for run_id, run_tasks in by_run.items():
+            keys = {task.idempotency_key: task for task in run_tasks}
+            needles = [json.dumps(key)[1:-1] for key in keys]
+            condition = Step.assistant.contains(needles[0])
+            for needle in needles[1:]:
+                condition |= Step.assistant.contains(needle)
+            rows = Step.select(Step.n, Step.assistant).where((Step.run == run_id) & condition).order_by(Step.n)
+            for n, assistant in rows.tuples():
+                try:
+                    blocks = json.loads(assistant)
+                except ValueError:
+                    continue  # a damaged row: no origin from it
+                for block in blocks if isinstance(blocks, list) else ():
+                    if not isinstance(block, dict) or block.get("type") != "tool_use":
+                        continue
+                    arguments = block.get("input")
+                    for value in arguments.values() if isinstance(arguments, dict) else ():
+                        task = keys.get(value) if isinstance(value, str) else None
+                        if task is not None and task.id not in origins:
+                            origins[task.id] = n
+        return origins

@@ -38,7 +38,7 @@ from .screens.run_list import RunListScreen
 from .screens.search import SearchableTranscript
 from .step_buffer import StepBuffer
 
-STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "search.tcss", "cost.tcss")
+STYLE_FILES = ("app.tcss", "run_list.tcss", "transcript.tcss", "help.tcss", "search.tcss", "cost.tcss", "tasks.tcss")
 # The offline model's pace in the dashboard when DAYFLOW_OFFLINE_DELAY is unset: slow enough to watch.
 WATCHABLE_DELAY_S = "0.7"
 
@@ -168,8 +168,8 @@ class DayflowApp(App):
 
     # -- navigation --------------------------------------------------------
 
-    def open_transcript(self, run_id: str) -> None:
-        self.push_screen(SearchableTranscript(run_id))
+    def open_transcript(self, run_id: str, *, at_step: int | None = None) -> None:
+        self.push_screen(SearchableTranscript(run_id, at_step=at_step))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

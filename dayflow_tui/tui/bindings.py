@@ -19,7 +19,15 @@ RUN_LIST = [
     Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
+    Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
+]
+
+# The tasks screen (``t`` on the run list).
+TASKS = [
+    Binding("escape", "back", "Back", id="close-tasks", tooltip="Back to the run list"),
+    Binding("slash", "filter", "Filter", key_display="/", id="filter-tasks",
+            tooltip="Filter: words in the title or notes, open, done, run:ID"),
 ]
 
 TRANSCRIPT = [
@@ -74,6 +82,7 @@ SECTIONS = (
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
     ("Transcript", TRANSCRIPT + TRANSCRIPT_SEARCH),
+    ("Tasks", [Binding("enter", "", "Open the run that made the task, at the step that made it")] + TASKS),
     ("Search", [Binding("", "", "Type to search every run: words, \"a phrase\", -word, prefix*, "
                         "status:S tool:NAME run:ID in:text|args|result|error|final|task"),
                 Binding("enter", "", "Open the run at its best match")] + SEARCH),

@@ -221,6 +221,11 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         self.diff_from = None
         self.app.push_screen(DiffScreen(marked, current.id))
 
+    def action_tasks(self) -> None:
+        from .tasks import TasksScreen
+
+        self.app.push_screen(TasksScreen())
+
     def action_search(self) -> None:
         from .search import SearchScreen  # every run, as you type; Escape comes back to this list as it was
 

@@ -316,8 +316,8 @@ class SearchableTranscript(TranscriptScreen):
     DYNAMIC_ACTIONS = TranscriptScreen.DYNAMIC_ACTIONS + ("next_match",)
 
     def __init__(self, run_id: str, *, search_query: Query | None = None, at: Hit | None = None,
-                 from_search: bool = False) -> None:
-        super().__init__(run_id)
+                 from_search: bool = False, at_step: int | None = None) -> None:
+        super().__init__(run_id, at_step=at_step)
         self.search_query = search_query
         self.from_search = from_search  # opened from the search screen: Escape goes back there
         self.matches: tuple[Hit, ...] = ()

@@ -89,9 +89,10 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
         super().__init__(classes="transcript")
         self.run_id = run_id
+        self.open_at_step = at_step  # the step to show first (a task's creating step), once read
         self.run: Run | None = None
         self.rows: list = []  # Step rows, in order
         self.views: list[StepView] = []
@@ -270,6 +271,10 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             option_list.add_options(options)
             if options:
                 target = len(options) - 1 if was_at_end else (highlighted or 0)
+                if self.open_at_step is not None and old_count == 0:
+                    wanted = f"step-{self.open_at_step}"
+                    target = next((i for i, option in enumerate(options) if option.id == wanted), target)
+                    self.open_at_step = None
                 option_list.highlighted = min(target, len(options) - 1)
         self._brief_changed()
         self._draw_chart()

@@ -1,0 +1,171 @@
+"""The tasks screen (``t``): every side effect the agents made, with the run and step that made each.
+
+Filter as you type: words (title or notes), ``open`` or ``done``, and
+``run:ID`` (an id prefix). Reads run on the dashboard's reader thread: the
+newest ``SHOWN`` matching tasks and how many match in all, plus the step of
+each that created it. Enter opens that run at that step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from ...redaction import redacted_line
+from ...safe_text import one_line, printable
+from .. import bindings, formatting
+from ..widgets.fitting_footer import FittingFooter
+from ..widgets.header import DayflowHeader
+
+SHOWN = 500  # tasks listed at once: narrow the filter to reach older ones
+FILTER_PAUSE_S = 0.15
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    text: str = ""
+    done: bool | None = None
+    run_prefix: str | None = None
+
+
+def parse_filter(raw: str) -> TaskFilter:
+    """``open``/``done`` and ``run:ID`` are filters; every other word must appear in the title or notes."""
+    words, done, run_prefix = [], None, None
+    for word in raw.split():
+        lowered = word.casefold()
+        if lowered in ("open", "done"):
+            done = lowered == "done"
+        elif lowered.startswith("run:") and len(word) > 4:
+            run_prefix = word[4:]
+        else:
+            words.append(word)
+    return TaskFilter(" ".join(words), done, run_prefix)
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: int
+    title: str
+    due: str | None
+    done: bool
+    created_at: str
+    run_id: str | None
+    step: int | None
+
+
+class TasksRead(Message):
+    def __init__(self, generation: int, rows: tuple[TaskRow, ...], total: int, error: BaseException | None) -> None:
+        super().__init__()
+        self.generation, self.rows, self.total, self.error = generation, rows, total, error
+
+
+def read_tasks(store, task_filter: TaskFilter) -> tuple[tuple[TaskRow, ...], int]:
+    tasks, total = store.find_tasks(text=task_filter.text or None, done=task_filter.done,
+                                    run_prefix=task_filter.run_prefix, limit=SHOWN)
+    origins = store.task_origins(tasks)
+    rows = tuple(TaskRow(t.id, t.title, t.due, bool(t.done), t.created_at, t.run_id, origins.get(t.id))
+                 for t in tasks)
+    return rows, total
+
+
+def task_prompt(row: TaskRow) -> Content:
+    mark = ("✔ ", "$text-success") if row.done else ("○ ", "$text-accent")
+    origin = (f"{printable(one_line(row.run_id, 40))}" + (f" step {row.step}" if row.step else "")
+              if row.run_id else "not from a run")
+    return Content.assemble(
+        mark, (printable(one_line(row.title, 120)), "$text-muted" if row.done else "bold"),
+        (f"  due {printable(row.due)}" if row.due else "", "$text-warning"),
+        "\n   ", (f"{origin}  ·  created {formatting.started(row.created_at)}", "$text-muted"),
+    )
+
+
+class TasksScreen(Screen):
+    BINDINGS = bindings.TASKS
+
+    def __init__(self) -> None:
+        super().__init__(id="tasks")
+        self.generation = 0
+        self.rows: tuple[TaskRow, ...] = ()
+        self.loaded = False
+        self._timer = None
+
+    def compose(self) -> ComposeResult:
+        yield DayflowHeader()
+        yield Input(placeholder="/ filter: words in the title or notes · open · done · run:ID", id="task-filter", compact=True)
+        yield Static(Content.styled("Reading tasks…", "$text-muted"), id="tasks-status")
+        yield OptionList(id="task-list")
+        yield FittingFooter()
+
+    def on_mount(self) -> None:
+        self.query_one("#task-filter", Input).cursor_blink = False
+        self._read("")
+        self.query_one("#task-list", OptionList).focus()
+
+    @on(Input.Changed, "#task-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(FILTER_PAUSE_S, lambda: self._read(event.value))
+
+    @on(Input.Submitted, "#task-filter")
+    def _filter_done(self) -> None:
+        self.query_one("#task-list", OptionList).focus()
+
+    def _read(self, raw: str) -> None:
+        self.generation += 1
+        generation, store, task_filter = self.generation, self.app.store, parse_filter(raw)
+
+        def done(result, error) -> None:
+            rows, total = result if result is not None else ((), 0)
+            self.post_message(TasksRead(generation, rows, total, error))
+
+        self.app.reader.submit("tasks", lambda: read_tasks(store, task_filter), done)
+
+    def on_tasks_read(self, message: TasksRead) -> None:
+        if message.generation != self.generation:
+            return  # an older filter's answer
+        status = self.query_one("#tasks-status", Static)
+        if message.error is not None:
+            self.app.report_error(message.error)
+            status.update(Content.styled(f"cannot read tasks: {redacted_line(message.error, 200)}", "$text-error"))
+            return
+        self.rows, self.loaded = message.rows, True
+        listing = self.query_one("#task-list", OptionList)
+        with self.app.batch_update():
+            listing.clear_options()
+            listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in message.rows])
+            if message.rows:
+                listing.highlighted = 0
+        shown = len(message.rows)
+        if not message.total:
+            text = "No tasks match." if self.query_one("#task-filter", Input).value.strip() else \
+                "No tasks yet: runs create them (a daily brief makes one per mail that asks for something)."
+        elif shown < message.total:
+            text = f"{message.total:,} tasks match; the newest {shown:,} are listed (narrow the filter for others)"
+        else:
+            text = f"{message.total:,} task{'s' if message.total != 1 else ''} · Enter opens the step that made it"
+        status.update(Content.styled(text, "$text-muted"))
+
+    @on(OptionList.OptionSelected, "#task-list")
+    def _open(self, event: OptionList.OptionSelected) -> None:
+        row = next((r for r in self.rows if f"task-{r.id}" == event.option_id), None)
+        if row is None:
+            return
+        if row.run_id is None:
+            self.app.notify("This task was not made by a run (it came with the sample data or an import).",
+                            severity="warning")
+            return
+        self.app.open_transcript(row.run_id, at_step=row.step)
+
+    def action_filter(self) -> None:
+        self.query_one("#task-filter", Input).focus()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
