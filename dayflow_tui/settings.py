@@ -92,6 +92,9 @@ class Settings:
     # The dashboard's theme when none was chosen there yet (a choice made in the dashboard is remembered
     # in the state directory and wins over this).
     theme: str | None = None
+    # The command the dashboard's "open in editor" (o in the JSON view) runs: DAYFLOW_EDITOR, else
+    # $VISUAL, else $EDITOR, else vi.
+    editor: str | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -286,6 +289,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                          "tool names separated by commas (e.g. create_task), or a list of them"),
     "user": ("DAYFLOW_USER", _text, "a name"),
     "theme": ("DAYFLOW_THEME", _text, "a theme name (the dashboard's palette lists them)"),
+    "editor": ("DAYFLOW_EDITOR", _text, "an editor command (e.g. 'code --wait')"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}
@@ -351,6 +355,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             raise SettingsError(f"{variable} must be {meaning}, got {_shown(raw)!r}") from None
     if values.get("hostname") is None:
         values.pop("hostname", None)
+    if values.get("editor") is None:  # the editor everyone's tools use, when Dayflow was not told one
+        values["editor"] = (env.get("VISUAL") or "").strip() or (env.get("EDITOR") or "").strip() or None
     values["has_api_key"] = bool(env.get("ANTHROPIC_API_KEY"))
     values["config_file"] = path if path.exists() else None
     return Settings(**values)
@@ -360,7 +366,7 @@ _cached: tuple[tuple, Settings] | None = None
 
 
 _WATCHED = tuple(variable for variable, _parse, _meaning in _FIELDS.values()) + (
-    "DAYFLOW_CONFIG", "ANTHROPIC_API_KEY", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
+    "DAYFLOW_CONFIG", "ANTHROPIC_API_KEY", "VISUAL", "EDITOR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
 
 
 def _fingerprint() -> tuple:

@@ -65,6 +65,7 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("DAYFLOW_STATE_DIR", raising=False)
     monkeypatch.delenv("DAYFLOW_CONFIG", raising=False)
+    monkeypatch.delenv("DAYFLOW_EDITOR", raising=False)
 
 
 @pytest.fixture

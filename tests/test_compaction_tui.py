@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from textual.widgets import TextArea
+from dayflow_tui.tui.widgets.json_view import JsonView
 
 from dayflow_tui.agent import loop
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX
@@ -37,8 +37,8 @@ async def test_next_request_toggle_shows_the_compacted_request_and_both_estimate
         assert f"request ~{last.request_est_tokens:,} tokens, compacted to ~{last.compacted_est_tokens:,}" in (
             screen_text(app))
         await pilot.press("x")
-        await wait_for(pilot, lambda: screen.query_one("#request", TextArea).text != "")
-        shown = json.loads(screen.query_one("#request", TextArea).text)
+        await wait_for(pilot, lambda: screen.query_one("#request", JsonView).payloads != [])
+        shown = [payload.value for payload in screen.query_one("#request", JsonView).payloads]
         assert shown == json.loads(json.dumps(preview.messages))
         assert shown[1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
         title = str(screen.query_one("#request-title").render())

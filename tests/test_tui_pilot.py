@@ -10,7 +10,9 @@ import sys
 import time
 
 import pytest
-from textual.widgets import OptionList, TextArea
+from textual.widgets import OptionList
+
+from dayflow_tui.tui.widgets.json_view import JsonView
 from .tui_helpers import SIZE, TUI_BIN, GateClient, footer_ready, open_run, screen_text, select_loaded, settle, wait_for
 
 from .conftest import CountingClient, dayflow_cmd
@@ -295,9 +297,12 @@ async def test_markup_and_escape_codes_render_literally(store):
         assert "Check the [bold] mail." in brief
         await pilot.press("g", "v")
         await pilot.pause(0.2)
-        raw = screen.query_one("#raw", TextArea).text
+        raw = screen.query_one("#raw", JsonView)
         stored = store.steps("run-hostile-1")[0]
-        assert stored.assistant in raw  # the exact stored JSON (json.dumps already escapes ESC as \u001b)
+        shown = [payload.value for payload in raw.payloads if payload.title.startswith("assistant")]
+        assert shown == json.loads(stored.assistant)  # the stored JSON, block by block
+        drawn = "\n".join(raw.line_text(y) for y in range(raw.line_count))
+        assert "\x1b" not in drawn and "\\u001b" in drawn  # ESC stays an escape, as json.dumps wrote it
         assert app.is_running  # [@click=app.quit] did nothing
 
 
@@ -309,7 +314,7 @@ async def test_next_request_shows_exactly_what_the_loop_would_send(store):
         await pilot.press("x")
         await pilot.pause(0.2)
         preview = loop.next_request_preview(store, "run-crash-001")
-        assert json.loads(screen.query_one("#request", TextArea).text) == preview.messages
+        assert [payload.value for payload in screen.query_one("#request", JsonView).payloads] == preview.messages
         title = str(screen.query_one("#request-title").render())
         assert f"{len(preview.messages)} messages" in title and f"~{preview.est_before:,} tokens" in title
         await pilot.press("x")

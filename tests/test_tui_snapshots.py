@@ -203,3 +203,18 @@ def test_tasks_screen(snap_compare, tui_store):
         await wait_for(pilot, lambda: footer_ready(pilot.app))
 
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
+def test_json_view(snap_compare, tui_store):
+    """``v``: the stored JSON block by block, highlighted; the second block folded from the keyboard."""
+    demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
+    opened = _open_run("run-done-0001")
+
+    async def run_before(pilot):
+        await opened(pilot)
+        await pilot.press("v")
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#raw").payloads != [])
+        await pilot.press("right_square_bracket", "enter")
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
+
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)

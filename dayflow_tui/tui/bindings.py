@@ -55,6 +55,30 @@ TRANSCRIPT = [
             tooltip="Change the arguments of the first call this run waits on, then approve it"),
 ]
 
+# The JSON view (v, and x's next request, in a transcript): its own keys while it has the focus.
+JSON_VIEW = [
+    Binding("up", "cursor(-1)", "Up", show=False),
+    Binding("down", "cursor(1)", "Down", show=False),
+    Binding("pageup", "page(-1)", "Page up", show=False),
+    Binding("pagedown", "page(1)", "Page down", show=False),
+    Binding("home", "edge(-1)", "Top", show=False),
+    Binding("end", "edge(1)", "Bottom", show=False),
+    Binding("left", "pan(-8)", "Left", show=False),
+    Binding("right", "pan(8)", "Right", show=False),
+    Binding("enter,space", "toggle", "Fold", id="json-fold", tooltip="Fold or unfold the payload under the cursor"),
+    Binding("z", "toggle_all", "Fold all", id="json-fold-all", tooltip="Fold every payload, or unfold them all"),
+    Binding("right_square_bracket", "payload(1)", "Next payload", key_display="]", show=False,
+            id="json-next", tooltip="Move to the next payload"),
+    Binding("left_square_bracket", "payload(-1)", "Prev payload", key_display="[", show=False,
+            id="json-prev", tooltip="Move to the previous payload"),
+    Binding("c", "copy(False)", "Copy", id="json-copy",
+            tooltip="Copy the payload under the cursor to the clipboard (OSC 52)"),
+    Binding("C", "copy(True)", "Copy all", key_display="C", show=False, id="json-copy-all",
+            tooltip="Copy everything shown to the clipboard"),
+    Binding("o", "open_editor", "Open in editor", id="json-open",
+            tooltip="Open the payload under the cursor in $EDITOR (a temporary copy, read only)"),
+]
+
 # The search screen (``/`` on the run list) and the keys a transcript gains for searching.
 SEARCH = [
     Binding("escape", "close", "Back", id="close-search", tooltip="Back to the run list, where it was"),
@@ -82,6 +106,9 @@ SECTIONS = (
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
     ("Transcript", TRANSCRIPT + TRANSCRIPT_SEARCH),
+    ("JSON view (v, x)", [Binding("up,down,pageup,pagedown,home,end", "", "Move the cursor line"),
+                          Binding("left,right", "", "Scroll sideways (long strings)")]
+     + [binding for binding in JSON_VIEW if binding.id]),
     ("Tasks", [Binding("enter", "", "Open the run that made the task, at the step that made it")] + TASKS),
     ("Search", [Binding("", "", "Type to search every run: words, \"a phrase\", -word, prefix*, "
                         "status:S tool:NAME run:ID in:text|args|result|error|final|task"),

@@ -7,7 +7,6 @@ our worker or another process) are appended as they commit.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from textual import on, work
@@ -17,7 +16,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, OptionList, Sparkline, Static, TextArea
+from textual.widgets import Button, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
 from ...agent import loop
@@ -31,6 +30,8 @@ from ...costs import budget_text
 from ...pricing import Cost, format_usd
 from .. import bindings, formatting
 from ..cost_view import ResumePriced, aged, estimate_line
+from ..editor import open_in_editor
+from ..widgets.json_view import JsonView, Payload
 from ..widgets.step_detail import StepDetail
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
@@ -85,6 +86,50 @@ def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
     )
 
 
+def _block_title(block: object, names: dict[str, str]) -> str:
+    if not isinstance(block, dict):
+        return type(block).__name__
+    kind = str(block.get("type", "?"))
+    if kind == "tool_use":
+        return f"tool_use {block.get('name', '?')} ({block.get('id', '?')})"
+    if kind == "tool_result":
+        used = str(block.get("tool_use_id", "?"))
+        failed = " error" if block.get("is_error") else ""
+        return f"tool_result{failed} for {names.get(used, '?')} ({used})"
+    if kind == "text":
+        return f"text ({len(str(block.get('text', ''))):,} characters)"
+    return kind
+
+
+def step_payloads(view: StepView) -> list[Payload]:
+    """A step's stored JSON as payloads: each block of the reply, then each tool result."""
+    names = {call.id: call.name for call in view.calls}
+    payloads = []
+    for part, stored in (("assistant", view.raw_assistant), ("user", view.raw_tool_results)):
+        if stored is None:
+            continue
+        whole = Payload.from_stored(f"{part} (not JSON as stored)", stored)
+        blocks = whole.value if whole.text is None else None
+        if isinstance(blocks, dict) and isinstance(blocks.get("content"), list):
+            blocks = blocks["content"]
+        if isinstance(blocks, list) and blocks:
+            payloads.extend(Payload(f"{part} · {_block_title(block, names)}", block) for block in blocks)
+        else:
+            payloads.append(whole if whole.text is not None else Payload(part, whole.value))
+    return payloads
+
+
+def request_payloads(messages: list) -> list[Payload]:
+    """The next request's messages, one payload each."""
+    payloads = []
+    for number, message in enumerate(messages, 1):
+        role = message.get("role", "?") if isinstance(message, dict) else "?"
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks = f", {len(content)} blocks" if isinstance(content, list) else ""
+        payloads.append(Payload(f"message {number} · {role}{blocks}", message))
+    return payloads
+
+
 class TranscriptScreen(bindings.SyncedBindings, Screen):
     BINDINGS = bindings.TRANSCRIPT
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
@@ -127,15 +172,13 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 yield StepDetail(id="detail")
                 with Vertical(id="raw-pane", classes="pane"):
                     yield Static(id="raw-title", classes="pane-title")
-                    yield TextArea(id="raw", read_only=True, soft_wrap=True, show_cursor=False)
+                    yield JsonView(id="raw")
                 with Vertical(id="request-pane", classes="pane"):
                     yield Static(id="request-title", classes="pane-title")
-                    yield TextArea(id="request", read_only=True, soft_wrap=True, show_cursor=False)
+                    yield JsonView(id="request")
         yield FittingFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#raw", TextArea).cursor_blink = False
-        self.query_one("#request", TextArea).cursor_blink = False
         self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "$text-muted"))
         self._load()
         self.query_one("#steps", OptionList).focus()
@@ -442,21 +485,31 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             self.query_one(pane).display = name == mode
         if mode == "raw":
             self._fill_raw()
+            self.query_one("#raw", JsonView).focus()
         elif mode == "request":
             self._fill_request()
+            self.query_one("#request", JsonView).focus()
+        else:
+            self.query_one("#steps", OptionList).focus()
 
     def _fill_raw(self) -> None:
         index = self._selected()
         title = self.query_one("#raw-title", Static)
-        area = self.query_one("#raw", TextArea)
+        view_pane = self.query_one("#raw", JsonView)
         if index is None or index >= len(self.views):
             title.update(Content("Raw JSON: select a step"))
-            area.text = ""
+            view_pane.set_payloads([], key=None)
             return
         view = self.views[index]
-        title.update(Content(f"Step {view.n}: the exact JSON stored (assistant, then tool_results)"))
-        results = view.raw_tool_results if view.raw_tool_results is not None else "null"
-        area.text = printable(f"{view.raw_assistant}\n\n{results}")
+        title.update(Content.assemble(
+            f"Step {view.n}: the JSON stored, block by block  ",
+            ("enter/z fold · c copy · o editor", "$text-muted")))
+        view_pane.set_payloads(step_payloads(view), key=(self.run_id, view.n, view.raw_tool_results is not None))
+
+    @on(JsonView.OpenRequested)
+    def _open_in_editor(self, message: JsonView.OpenRequested) -> None:
+        message.stop()
+        open_in_editor(self.app, f"{self.run_id}-{message.name}", message.document)
 
     def _fill_request(self) -> None:
         self.query_one("#request-title", Static).update(Content.styled("Next request: reading…", "$text-muted"))
@@ -473,17 +526,17 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             return
         message.stop()
         title = self.query_one("#request-title", Static)
-        area = self.query_one("#request", TextArea)
+        area = self.query_one("#request", JsonView)
         if message.error is not None:
             title.update(Content(f"Next request: cannot be built ({printable(one_line(message.error, 200))})"))
-            area.text = ""
+            area.set_payloads([])
             return
         preview = message.preview
         compacted = (f"compacted to ~{preview.est_after:,} tokens" if preview.compacted
                      else "not compacted")
         title.update(Content(f"Next request: {len(preview.messages)} messages, ~{preview.est_before:,} tokens "
                              f"from history, {compacted}. Exactly what the next call sends."))
-        area.text = printable(json.dumps(preview.messages, indent=2, ensure_ascii=False))
+        area.set_payloads(request_payloads(preview.messages), key=(self.run_id, "request", len(preview.messages)))
 
     # -- actions -------------------------------------------------------------
 
