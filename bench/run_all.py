@@ -38,6 +38,7 @@ ITEMS = {
     "11": ("bench.bench_chaos", "calls per step under chaos"),
     "12": ("bench.bench_travel", "export, import, vacuum"),
     "13": ("bench.bench_search", "search"),
+    "14": ("bench.bench_scale", "run list at 1M runs"),
 }
 
 

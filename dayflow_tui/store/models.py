@@ -85,7 +85,7 @@ class Run(BaseModel):
     user_msg = TextField()
     # queued | running | done | failed | budget. "interrupted" is never
     # stored: it is "running" whose owner process is gone (store.effective_status).
-    status = CharField(max_length=16, index=True)  # a RunStatus value (status.py), never "interrupted"
+    status = CharField(max_length=16)  # a RunStatus value (status.py), never "interrupted"
     final_text = TextField(null=True)
     # input_tokens is the whole input of every call: uncached + cache writes + cache reads.
     input_tokens = BigIntegerField(default=0)
@@ -130,7 +130,9 @@ class Run(BaseModel):
 
     class Meta:
         table_name = "runs"
-        indexes = ((("created_at", "id"), False),)
+        # The list's order, and the same order within one status: a status filter (and End/G in it) reads
+        # one page of the index instead of sorting every matching run (2.15 s at a million runs).
+        indexes = ((("created_at", "id"), False), (("status", "created_at", "id"), False))
 
 
 class Step(BaseModel):

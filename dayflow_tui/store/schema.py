@@ -104,9 +104,19 @@ def _add_agents(store: "Store") -> None:
     store.db.execute_sql('UPDATE "runs" SET "agent" = \'brief\' WHERE "agent" IS NULL')
 
 
+def _status_in_list_order(store: "Store") -> None:
+    """Schema 10: the status index also in the list's order (status, created_at, id), in place of the
+    status-only one: a status filter, End/G within it and the waiting runs pinned on top read one page of
+    the index at any size (the status-only index left SQLite sorting, or scanning a million runs)."""
+    store.db.execute_sql('CREATE INDEX IF NOT EXISTS "runs_status_created_at_id" ON "runs" '
+                         '("status", "created_at", "id")')
+    store.db.execute_sql('DROP INDEX IF EXISTS "runs_status"')
+
+
 MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
-                                                    _add_approvals, _add_lineage, _add_agents)
+                                                    _add_approvals, _add_lineage, _add_agents,
+                                                    _status_in_list_order)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -33,6 +33,9 @@ LIVENESS_FILTERS = ("running", "interrupted")
 LIVENESS_LIMIT = 10_000
 PINNED_LIMIT = 500
 WAITING = "waiting"
+# A row further than this many pages from the loaded ones is read where it is (a jump: End/G, a drag of
+# the scrollbar), not paged to: paging to the end of a million runs read them all (20 s, 1.4 GB).
+JUMP_PAGES = 3
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,11 @@ def run_key(run: Run) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class RunWindow:
-    """The loaded part of the run list: the newest rows, in order, and how many there are in all.
+    """The loaded part of the run list: one run of consecutive rows, in order, and how many there are in all.
+
+    The rows are list rows ``offset`` to ``offset + len(rows) - 1``: the newest ones (offset 0) until
+    a jump (End/G) reads the end of the list, or the middle, from where it is; paging then extends the
+    rows up or down from there by keyset.
 
     ``rows`` are read-only by agreement (Peewee rows, never written back).
     ``keep``: the run a reload asked to stay on (its new position is in
@@ -85,8 +92,11 @@ class RunWindow:
     changed: bool = False
     waiting: int = 0  # runs waiting for a person's decision (the title bar's count)
     counts: Mapping[str, int] = field(default_factory=dict)  # runs per shown status, all runs (the header)
-    pinned: int = 0  # the first ``pinned`` rows are the waiting runs, shown on top
+    pinned: int = 0  # the first ``pinned`` rows are the waiting runs, shown on top (offset 0 only)
+    pinned_rows: tuple[Run, ...] = ()  # those runs, kept while the rows are elsewhere in the list
     cursor: tuple[str, str] | None = None  # the keyset position of the last page read
+    offset: int = 0  # the list row of ``rows[0]``
+    newest: tuple[str, str] | None = None  # the newest run's key seen since the last reload (new runs sort above)
     # What the list shows: ``rows`` with each fork moved under its parent (when both are loaded) and the
     # forks of folded runs left out; ``depth`` of each fork in its tree, ``forks`` per parent (loaded).
     shown: tuple[Run, ...] = ()
@@ -97,6 +107,7 @@ class RunWindow:
     folded: frozenset = frozenset()
 
     def row(self, index: int) -> Run | None:
+        index -= self.offset
         return self.shown[index] if 0 <= index < len(self.shown) else None
 
 
@@ -109,6 +120,7 @@ class RunListModel:
         self._lock = threading.Lock()
         self._window = RunWindow()
         self._folded: set[str] = set()  # runs whose forks are folded away
+        self._counted: tuple | None = None  # (change marker, waiting, counts) of the last header counts
 
     @property
     def window(self) -> RunWindow:
@@ -136,28 +148,88 @@ class RunListModel:
                 window = RunWindow(filter=run_filter, rows=tuple(rows), total=len(rows), exhausted=True,
                                    marker=marker, costs=self._costs(rows, {}))
             else:
-                total = store.count_runs(status=run_filter.stored(), search=run_filter.search)
-                pinned: tuple[Run, ...] = ()
-                if not run_filter.active:
-                    # Runs waiting for a person come first: they are few, and somebody has to act on them.
-                    pinned = tuple(store.list_runs(limit=PINNED_LIMIT, status=[WAITING]))
+                waiting, counts = self._header_counts(marker)
+                if run_filter.search or run_filter.status == "done":  # done is derived in the counts: exact here
+                    total = store.count_runs(status=run_filter.stored(), search=run_filter.search)
+                else:  # the header's counts, read at this same marker: no second COUNT over the runs
+                    total = counts.get(run_filter.status, 0) if run_filter.status else sum(counts.values())
+                pinned = self._pinned(run_filter)
                 window = self._loaded(RunWindow(filter=run_filter, total=total, marker=marker, rows=pinned,
-                                                pinned=len(pinned), costs=self._costs(list(pinned), {})),
+                                                pinned=len(pinned), pinned_rows=pinned,
+                                                costs=self._costs(list(pinned), {})),
                                       max(self.page - 1, until))
+            waiting, counts = self._header_counts(marker)
             window = replace(window, positions=_positions(window.rows), keep=keep, reloaded=True, changed=True,
+                             newest=max((run_key(run) for run in window.rows), default=None),
                              last_seen=max((run.updated_at for run in window.rows), default=""),
-                             waiting=self._waiting(), counts=self._counts())
+                             waiting=waiting, counts=counts)
             return self._commit(window)
 
     def load_until(self, index: int) -> RunWindow | None:
-        """Page in rows until row ``index`` is loaded (None: it was already)."""
+        """Make list row ``index`` loaded: page down or up to it, or jump there when it is far (None: it
+        was loaded already)."""
         with self._lock:
             window = self._window
-            if window.exhausted or index < len(window.rows):
+            start, end = window.offset, window.offset + len(window.rows)
+            far = JUMP_PAGES * self.page
+            if start <= index < end or (index >= end and window.exhausted):
                 return None
-            loaded = self._loaded(window, index)
+            if index >= end:
+                loaded = self._jumped(window, index) if index - end > far else self._loaded(window, index - start)
+            else:
+                loaded = self._jumped(window, index) if start - index > far else self._loaded_above(window, index)
             return self._commit(replace(loaded, positions=_positions(loaded.rows), keep=None, reloaded=False,
                                         changed=True))
+
+    def _pinned(self, run_filter: RunFilter) -> tuple[Run, ...]:
+        """Runs waiting for a person come first in the unfiltered list: few, and somebody has to act on them."""
+        return () if run_filter.active else tuple(self.store.list_runs(limit=PINNED_LIMIT, status=[WAITING]))
+
+    def _query(self, window: RunWindow) -> dict:
+        """The filter of ``window`` as ``list_runs`` arguments; the pinned waiting runs are read on their own."""
+        every_waiting_run_pinned = 0 < len(window.pinned_rows) < PINNED_LIMIT
+        return dict(status=window.filter.stored(), search=window.filter.search,
+                    not_status=[WAITING] if every_waiting_run_pinned else None)
+
+    def _jumped(self, window: RunWindow, index: int) -> RunWindow:
+        """One page read where row ``index`` is: the end backwards (keyset, no scan), else by OFFSET."""
+        pinned = len(window.pinned_rows)
+        if index >= window.total - self.page:
+            rows = self.store.list_runs(limit=self.page, oldest_first=True, **self._query(window))[::-1]
+            offset, exhausted = max(window.total - len(rows), pinned), True
+        else:
+            skip = max(index - pinned - self.page // 2, 0)
+            rows = self.store.list_runs(limit=self.page, skip=skip, **self._query(window))
+            offset, exhausted = pinned + skip, len(rows) < self.page
+        if offset <= pinned:  # the jump landed at the top after all: the newest rows, pinned ones first
+            on_top = self._pinned(window.filter)
+            return self._loaded(replace(window, rows=on_top, pinned=len(on_top), pinned_rows=on_top, offset=0,
+                                        cursor=None, exhausted=False, costs=self._costs(list(on_top), {})), index)
+        return replace(window, rows=tuple(rows), offset=offset, pinned=0, exhausted=exhausted,
+                       cursor=run_key(rows[-1]) if rows else None, costs=self._costs(rows, {}),
+                       last_seen=max([window.last_seen] + [run.updated_at for run in rows]))
+
+    def _loaded_above(self, window: RunWindow, index: int) -> RunWindow:
+        """Pages read upwards (keyset on the first loaded row) until row ``index`` is loaded."""
+        rows, offset, costs = list(window.rows), window.offset, dict(window.costs)
+        pinned = len(window.pinned_rows)
+        last_seen = window.last_seen
+        while offset > max(index, pinned):
+            want = max(self.page, offset - index)
+            batch = self.store.list_runs(limit=want, after=run_key(rows[0]) if rows else None, **self._query(window))
+            rows[:0] = batch[::-1]
+            offset -= len(batch)
+            costs = self._costs(batch, costs)
+            last_seen = max([last_seen] + [run.updated_at for run in batch])
+            if len(batch) < want:
+                offset = pinned  # the newest run is loaded
+        if offset <= pinned:  # back at the top: the waiting runs as they are now, pinned first
+            on_top = self._pinned(window.filter)
+            rows[:0] = on_top
+            costs = self._costs(list(on_top), costs)
+            return replace(window, rows=tuple(rows), offset=0, pinned=len(on_top), pinned_rows=on_top, costs=costs,
+                           last_seen=last_seen)
+        return replace(window, rows=tuple(rows), offset=offset, costs=costs, last_seen=last_seen)
 
     def _loaded(self, window: RunWindow, index: int) -> RunWindow:
         """Fetch pages (keyset on the last loaded row) until row ``index`` is loaded."""
@@ -167,8 +239,7 @@ class RunListModel:
         cursor = window.cursor
         while not exhausted and len(rows) <= index:
             want = max(self.page, index + 1 - len(rows))
-            batch = self.store.list_runs(limit=want, before=cursor, status=window.filter.stored(),
-                                         search=window.filter.search)
+            batch = self.store.list_runs(limit=want, before=cursor, **self._query(window))
             if batch:
                 cursor = run_key(batch[-1])
             kept = [run for run in batch if run.id not in pinned]  # shown at the top already
@@ -188,7 +259,9 @@ class RunListModel:
             if marker == window.marker:
                 return None
             changed = self.store.runs_updated_since(_since(window.last_seen))
-            pinned = {run.id for run in window.rows[:window.pinned]}
+            if window.offset:
+                return self._commit(self._merged_below(window, changed, marker))
+            pinned = {run.id for run in window.pinned_rows}
             rebuild = self._runs_were_removed(window, changed) or (
                 window.filter.active and any(run.id not in window.positions for run in changed)) or (
                 not window.filter.active and any((run.status == WAITING) != (run.id in pinned) for run in changed))
@@ -202,6 +275,7 @@ class RunListModel:
         positions = dict(window.positions)
         last_seen = window.last_seen
         inserted = 0
+        newest = window.newest
         for run in changed:
             last_seen = max(last_seen, run.updated_at)
             position = positions.get(run.id)
@@ -216,12 +290,40 @@ class RunListModel:
                 rows.insert(slot, run)
                 positions = _positions(rows)
                 inserted += 1
+                newest = max(newest, key) if newest else key
         total = window.total
         if inserted:
-            total = len(rows) if window.exhausted else self.store.count_runs()
-        return replace(window, rows=tuple(rows), positions=positions, costs=self._costs(changed, window.costs),
+            total = len(rows) if window.exhausted else self.store.count_runs(
+                status=window.filter.stored(), search=window.filter.search)
+        return replace(window, rows=tuple(rows), positions=positions, newest=newest, costs=self._costs(changed, window.costs),
                        total=total, marker=marker, last_seen=last_seen, keep=None, reloaded=False,
-                       changed=bool(changed), waiting=self._waiting(), counts=self._counts())
+                       changed=bool(changed), **dict(zip(("waiting", "counts"), self._header_counts(marker))))
+
+    def _merged_below(self, window: RunWindow, changed: list[Run], marker: tuple) -> RunWindow:
+        """A live-update tick while the rows are further down the list (after End/G or a jump).
+
+        Loaded runs are redrawn. The rest cannot be placed without reading the rows above, and need
+        not be: the total is counted again and the rows keep their place from the end (End stays at
+        the end, a run created since moves everything down by one); a middle window moves down by the
+        runs newer than any it has seen. Going back to the top reads the top again.
+        """
+        rows = list(window.rows)
+        positions = window.positions
+        newest = window.newest
+        arrived = 0
+        for run in changed:
+            if run.id in positions:
+                rows[positions[run.id]] = run
+            elif newest is None or run_key(run) > newest:
+                arrived += window.filter.matches(run)
+                newest = run_key(run)
+        total = self.store.count_runs(status=window.filter.stored(), search=window.filter.search)
+        offset = max(total - len(rows), 0) if window.exhausted else window.offset + arrived
+        return replace(window, rows=tuple(rows), total=total, offset=offset, newest=newest, marker=marker,
+                       last_seen=max([window.last_seen] + [run.updated_at for run in changed]), keep=None,
+                       reloaded=False, changed=bool(changed), costs=self._costs(
+                           [run for run in changed if run.id in positions], window.costs),
+                       **dict(zip(("waiting", "counts"), self._header_counts(marker))))
 
     def _runs_were_removed(self, window: RunWindow, changed: list[Run]) -> bool:
         """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
@@ -248,6 +350,13 @@ class RunListModel:
     def _waiting(self) -> int:
         return self.store.waiting_count()
 
+    def _header_counts(self, marker: tuple) -> tuple[int, dict[str, int]]:
+        """The waiting count and the runs per status, read again only when something was committed since:
+        a new filter (a reload) changes what is listed, not how many runs there are."""
+        if self._counted is None or self._counted[0] != marker or marker is None:
+            self._counted = (marker, self._waiting(), self._counts())
+        return self._counted[1], dict(self._counted[2])
+
     def _counts(self) -> dict[str, int]:
         """Runs per shown status: stored counts, with running split into running and interrupted (the
         running runs are few; whether their owner lives is decided here, as the list decides it)."""
@@ -261,8 +370,8 @@ class RunListModel:
         return {status: n for status, n in counts.items() if n}
 
 
-def _positions(rows) -> dict[str, int]:
-    return {run.id: i for i, run in enumerate(rows)}
+def _positions(rows, offset: int = 0) -> dict[str, int]:
+    return {run.id: offset + i for i, run in enumerate(rows)}
 
 
 def _since(last_seen: str) -> str:
@@ -360,7 +469,8 @@ def _arranged(window: RunWindow, folded: frozenset) -> RunWindow:
     """
     rows = list(window.rows)
     if window.filter.active or not any(getattr(run, "parent_id", None) for run in rows):
-        return replace(window, shown=tuple(rows), shown_positions=_positions(rows), shown_total=window.total,
+        return replace(window, shown=tuple(rows), shown_positions=_positions(rows, window.offset),
+                       shown_total=window.total,
                        depth={}, forks={}, folded=folded)
     head, body = rows[:window.pinned], rows[window.pinned:]
     loaded = {run.id for run in body}
@@ -399,7 +509,7 @@ def _arranged(window: RunWindow, folded: frozenset) -> RunWindow:
         if run.id not in placed:
             place(run, 0)
     forks = {parent: len(kids) for parent, kids in children.items()}
-    return replace(window, shown=tuple(shown), shown_positions=_positions(shown),
+    return replace(window, shown=tuple(shown), shown_positions=_positions(shown, window.offset),
                    shown_total=max(window.total - hidden, len(shown)), depth=depth, forks=forks, folded=folded)
 
 

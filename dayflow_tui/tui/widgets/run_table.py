@@ -169,10 +169,12 @@ class RunTable(ScrollView, can_focus=True):
 
     def _page_in(self, index: int) -> None:
         """Ask for the page holding row ``index`` (drawn as a placeholder until it comes)."""
-        if self.window.exhausted or self.reader.pending("runs:page") or index < len(self.window.shown):
+        if self.reader.pending("runs:page") or self.window.row(index) is not None:
             return
-        # In the loaded rows' numbering: the forks folded away are loaded but not shown.
-        self._want_row = index + self.model.page // 2 + (self.window.total - self.window.shown_total)
+        if index < self.window.offset:  # above the loaded rows (after End/G): half a page more, upwards
+            self._want_row = max(index - self.model.page // 2, 0)
+        else:  # in the loaded rows' numbering: the forks folded away are loaded but not shown
+            self._want_row = index + self.model.page // 2 + (self.window.total - self.window.shown_total)
         target = self._want_row
         self._read("runs:page", lambda: self.model.load_until(target))
 
