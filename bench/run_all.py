@@ -39,6 +39,7 @@ ITEMS = {
     "12": ("bench.bench_travel", "export, import, vacuum"),
     "13": ("bench.bench_search", "search"),
     "14": ("bench.bench_scale", "run list at 1M runs"),
+    "15": ("bench.bench_live", "a live 5,000-step run on screen"),
 }
 
 

@@ -121,7 +121,7 @@ def test_resume_in_progress(snap_compare, tui_store):
         screen = pilot.app.screen
         # Step 2 committed with its tool results, step 3's model call under way.
         await wait_for(pilot, lambda: gate.waiting.is_set() and len(screen.views) == 2
-                       and screen.rows[-1].tool_results is not None and screen.query_one("#live").display)
+                       and screen.steps[-1][1] and screen.query_one("#live").display)
         await wait_for(pilot, lambda: footer_ready(pilot.app))
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -15,7 +15,7 @@ from ..pricing import Cost
 from ..store import step_blocks
 
 
-@dataclass
+@dataclass(slots=True)  # no __dict__: one object fewer per call for the garbage collector to walk
 class ToolCall:
     id: str
     name: str
@@ -50,7 +50,7 @@ class ToolCall:
             return self.result
 
 
-@dataclass
+@dataclass(slots=True)  # a live view holds thousands; see ToolCall
 class StepView:
     n: int
     stop_reason: str | None
@@ -109,16 +109,21 @@ def _result_text(block: dict) -> str:
     return "" if content is None else str(content)
 
 
-def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = None) -> list[StepView]:
+def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = None,
+                after: StepView | None = None) -> list[StepView]:
     """Turn ``steps`` rows into views, pairing tool calls with their results by id.
 
     ``model`` (the run's) prices steps that recorded none; ``spent`` is what
-    the steps before these cost (a live view decoding only new steps).
+    the steps before these cost; ``after`` is the view of the step just before
+    these (a live view decoding only new steps goes on from its totals).
     """
     views: list[StepView] = []
     cum_in = cum_out = 0
     cum_cost: Cost | None = Cost() if spent is None else spent
     previous: datetime | None = None
+    if after is not None:
+        cum_in, cum_out, cum_cost = after.cum_input, after.cum_output, after.cum_cost
+        previous = _parse_time(after.created_at)
     for step in steps:
         cum_in += step.input_tokens
         cum_out += step.output_tokens
