@@ -4,7 +4,8 @@
 
 Builds a demo database with the real loop on the offline model (one run per
 status, a run with hostile content), then saves SVGs of the run list, a
-transcript, a search and a resume in progress into this folder.
+transcript, its JSON view, the tasks screen, a search, a resume in progress and the run list
+on an 80x24 terminal into this folder.
 """
 
 from __future__ import annotations
@@ -75,15 +76,33 @@ async def main() -> None:
             await pilot.press("j")
             await pilot.pause(0.3)
             save(app, "transcript.svg")
+            await pilot.press("v", "right_square_bracket", "enter")
+            await pilot.pause(0.3)
+            save(app, "json-view.svg")
+            await pilot.press("v", "escape")
+            await pilot.pause(0.2)
+
+            await pilot.press("t")
+            await until(pilot, lambda: getattr(app.screen, "loaded", False))
+            await pilot.pause(0.3)
+            save(app, "tasks.svg")
             await pilot.press("escape")
             await pilot.pause(0.2)
 
             screen = await open_run(pilot, "run-crash-001")
             await pilot.press("r")
-            await until(pilot, lambda: len(screen.views) == 2 and screen.rows[-1].tool_results is not None)
+            await until(pilot, lambda: len(screen.views) == 2 and screen.steps[-1][1])
             await pilot.pause(0.3)
             save(app, "resume.svg")
             await until(pilot, lambda: not app.is_driving)
+            await pilot.press("q")
+        # The same database on an 80x24 terminal: the task or error of the highlighted run below the list.
+        app = DayflowApp(store)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.5)
+            app.screen.query_one(RunTable).select_run("run-failed-01")
+            await pilot.pause(0.3)
+            save(app, "run-list-80x24.svg")
             await pilot.press("q")
         store.release(lease)
         store.close()

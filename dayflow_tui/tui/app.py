@@ -157,6 +157,12 @@ class DayflowApp(App):
     def _theme_chosen(self, theme) -> None:
         self.remember(theme=theme.name)
 
+    def notify(self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """A toast whose text is never markup unless a caller says so: the messages carry run ids, errors and
+        names from the database, the model and the user, where ``[@click=app.quit]`` is only text."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
+
     def remember(self, **values) -> None:
         """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""
         state = ui_state.changed(self.ui_state, **values)
