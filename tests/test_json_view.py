@@ -205,7 +205,7 @@ def test_o_opens_the_payload_in_the_users_editor_and_the_dashboard_comes_back(tm
     try:
         wait_screen("run-done-0001")
         tmux("send-keys", "-t", "dash", "Enter")
-        wait_screen("tokens per step")
+        wait_screen("Step 1")
         tmux("send-keys", "-t", "dash", "v")
         wait_screen("the JSON stored")
         tmux("send-keys", "-t", "dash", "o")

@@ -61,3 +61,27 @@ async def test_new_steps_are_decoded_alone_and_listed_in_place(store, db_target)
         assert [screen.query_one("#steps").get_option_at_index(i).id for i in range(4)] == [
             "step-1", "step-2", "step-3", "step-4"]
         assert screen.query_one("#steps").highlighted == 3  # following the newest step
+
+
+async def test_a_long_transcript_is_frozen_out_of_full_collections_and_freed_when_closed(store):
+    import gc
+    import weakref
+
+    from dayflow_tui.tui.screens.transcript import LONG_RUN_STEPS
+
+    store.create_run("long", model="offline", run_id="run-long-0001", status="done")
+    with store.db.atomic():
+        for n in range(1, LONG_RUN_STEPS + 1):
+            _step(store, "run-long-0001", n)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_run(pilot, "run-long-0001")
+        await wait_for(pilot, lambda: screen.query_one("#steps").option_count == LONG_RUN_STEPS)
+        await pilot.pause()
+        views = screen.views
+        assert gc.get_freeze_count() > 0
+        assert not gc.is_tracked(views) or views not in gc.get_objects(generation=2)  # frozen, not walked
+        closed = weakref.ref(screen)
+        del screen, views
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not app.heap_to_settle and closed() is None, timeout=10)

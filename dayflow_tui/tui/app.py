@@ -122,13 +122,30 @@ class DayflowApp(App):
             self.notify(printable(warning), title="Dashboard state", severity="warning")
         self.theme_changed_signal.subscribe(self, self._theme_chosen)
         self.push_screen(RunListScreen(status=self.ui_state.status_filter))
-        self.call_after_refresh(self._freeze_start_up_objects)
+        self.call_after_refresh(self.settle_heap)
+        self.set_interval(1.0, self._settle_if_asked)
 
-    def _freeze_start_up_objects(self) -> None:
-        """Leave the ~110,000 objects of start-up (modules, classes, the first screen) out of every later
-        full garbage collection: each one walked them all and held the UI thread ~95 ms, the longest
-        pause while a live run's steps arrived (bench item 15). They live as long as the app does."""
+    heap_to_settle = False
+
+    def settle_heap(self) -> None:
+        """Collect the garbage now, then leave every live object out of later full collections.
+
+        Python's full collection walks every tracked object: with start-up's ~110,000 and a 5,000-step
+        transcript's views it held the UI thread ~100 ms, several times a minute while a live run's steps
+        arrived (bench item 15). Called at moments a user already waits on (start-up, a long transcript
+        opened, a transcript closed): the collection runs once there, and what was live is frozen. A
+        frozen object is still freed when its last reference goes; one that dies in a cycle waits for the
+        next settle, which unfreezes first, so nothing is kept for good.
+        """
+        self.heap_to_settle = False
+        gc.unfreeze()
+        gc.collect()
         gc.freeze()
+
+    def _settle_if_asked(self) -> None:
+        """A long transcript was closed: settle the heap from a timer (timers stop when the app shuts down)."""
+        if self.heap_to_settle:
+            self.settle_heap()
 
     def get_css_variables(self) -> dict[str, str]:
         """The theme's variables, with muted text that is muted and readable in every theme.

@@ -68,6 +68,8 @@ class RequestBuilt(Message):
         self.preview = preview
         self.error = error
 BRIEF = "brief"
+# A transcript this long settles the heap once it is read (see DayflowApp.settle_heap), and again when closed.
+LONG_RUN_STEPS = 500
 MODES = ("detail", "raw", "request")
 
 
@@ -262,6 +264,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self._redraw(steps_changed=read.steps_changed)
         if first:
             self._set_mode(self.mode)
+            if len(self.views) >= LONG_RUN_STEPS:
+                self.call_after_refresh(self.app.settle_heap)
 
     def _redraw(self, *, steps_changed: bool) -> None:
         run = self.run
@@ -682,6 +686,10 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             self.app.notify(f"{message.decided} call(s) decided; run {message.run_id} goes on.", title="Approvals")
             self.app.resume_run(message.run_id)
         self._load()
+
+    def on_unmount(self) -> None:
+        if len(self.views) >= LONG_RUN_STEPS:  # its views and widgets are garbage now: the next screen collects
+            self.app.heap_to_settle = True
 
     def action_back(self) -> None:
         if self.mode != "detail":
