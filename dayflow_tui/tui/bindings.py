@@ -55,14 +55,25 @@ TRANSCRIPT = [
             tooltip="Change the arguments of the first call this run waits on, then approve it"),
 ]
 
+
+def line_cursor(*, letters: bool) -> list[Binding]:
+    """Moving a line cursor (the run list, the JSON view): arrows, pages, the two ends, and with ``letters``
+    j k g G too (the JSON view leaves those to its transcript, where they move between steps)."""
+    def keys(key: str, letter: str) -> str:
+        return f"{key},{letter}" if letters else key
+
+    return [
+        Binding(keys("up", "k"), "cursor(-1)", "Up", show=False),
+        Binding(keys("down", "j"), "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding(keys("home", "g"), "edge(-1)", "First", show=False),
+        Binding(keys("end", "G"), "edge(1)", "Last", show=False),
+    ]
+
+
 # The JSON view (v, and x's next request, in a transcript): its own keys while it has the focus.
-JSON_VIEW = [
-    Binding("up", "cursor(-1)", "Up", show=False),
-    Binding("down", "cursor(1)", "Down", show=False),
-    Binding("pageup", "page(-1)", "Page up", show=False),
-    Binding("pagedown", "page(1)", "Page down", show=False),
-    Binding("home", "edge(-1)", "Top", show=False),
-    Binding("end", "edge(1)", "Bottom", show=False),
+JSON_VIEW = line_cursor(letters=False) + [
     Binding("left", "pan(-8)", "Left", show=False),
     Binding("right", "pan(8)", "Right", show=False),
     Binding("enter,space", "toggle", "Fold", id="json-fold", tooltip="Fold or unfold the payload under the cursor"),

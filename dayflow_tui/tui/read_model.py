@@ -120,7 +120,7 @@ class RunListModel:
         self._lock = threading.Lock()
         self._window = RunWindow()
         self._folded: set[str] = set()  # runs whose forks are folded away
-        self._counted: tuple | None = None  # (change marker, waiting, counts) of the last header counts
+        self._counted: tuple | None = None  # (change marker, counts) of the last header counts
 
     @property
     def window(self) -> RunWindow:
@@ -141,6 +141,7 @@ class RunListModel:
         with self._lock:
             store = self.store
             marker = store.change_marker()
+            header = self._header_counts(marker)
             if run_filter.status in LIVENESS_FILTERS:
                 candidates = store.list_runs(limit=LIVENESS_LIMIT, status=run_filter.stored(),
                                              search=run_filter.search)
@@ -148,7 +149,7 @@ class RunListModel:
                 window = RunWindow(filter=run_filter, rows=tuple(rows), total=len(rows), exhausted=True,
                                    marker=marker, costs=self._costs(rows, {}))
             else:
-                waiting, counts = self._header_counts(marker)
+                counts = header["counts"]
                 if run_filter.search or run_filter.status == "done":  # done is derived in the counts: exact here
                     total = store.count_runs(status=run_filter.stored(), search=run_filter.search)
                 else:  # the header's counts, read at this same marker: no second COUNT over the runs
@@ -158,11 +159,10 @@ class RunListModel:
                                                 pinned=len(pinned), pinned_rows=pinned,
                                                 costs=self._costs(list(pinned), {})),
                                       max(self.page - 1, until))
-            waiting, counts = self._header_counts(marker)
             window = replace(window, positions=_positions(window.rows), keep=keep, reloaded=True, changed=True,
                              newest=max((run_key(run) for run in window.rows), default=None),
                              last_seen=max((run.updated_at for run in window.rows), default=""),
-                             waiting=waiting, counts=counts)
+                             **header)
             return self._commit(window)
 
     def load_until(self, index: int) -> RunWindow | None:
@@ -297,7 +297,7 @@ class RunListModel:
                 status=window.filter.stored(), search=window.filter.search)
         return replace(window, rows=tuple(rows), positions=positions, newest=newest, costs=self._costs(changed, window.costs),
                        total=total, marker=marker, last_seen=last_seen, keep=None, reloaded=False,
-                       changed=bool(changed), **dict(zip(("waiting", "counts"), self._header_counts(marker))))
+                       changed=bool(changed), **self._header_counts(marker))
 
     def _merged_below(self, window: RunWindow, changed: list[Run], marker: tuple) -> RunWindow:
         """A live-update tick while the rows are further down the list (after End/G or a jump).
@@ -323,7 +323,7 @@ class RunListModel:
                        last_seen=max([window.last_seen] + [run.updated_at for run in changed]), keep=None,
                        reloaded=False, changed=bool(changed), costs=self._costs(
                            [run for run in changed if run.id in positions], window.costs),
-                       **dict(zip(("waiting", "counts"), self._header_counts(marker))))
+                       **self._header_counts(marker))
 
     def _runs_were_removed(self, window: RunWindow, changed: list[Run]) -> bool:
         """Did another process remove runs (``dayflow prune``)? A deleted row is not among the changed ones.
@@ -347,15 +347,14 @@ class RunListModel:
             costs.update(run_costs(self.store, [run.id for run in runs]))
         return costs
 
-    def _waiting(self) -> int:
-        return self.store.waiting_count()
-
-    def _header_counts(self, marker: tuple) -> tuple[int, dict[str, int]]:
-        """The waiting count and the runs per status, read again only when something was committed since:
-        a new filter (a reload) changes what is listed, not how many runs there are."""
+    def _header_counts(self, marker: tuple) -> dict:
+        """The runs per status and the waiting ones among them (as ``RunWindow`` fields), read again only
+        when something was committed since: a new filter (a reload) changes what is listed, not how many
+        runs there are."""
         if self._counted is None or self._counted[0] != marker or marker is None:
-            self._counted = (marker, self._waiting(), self._counts())
-        return self._counted[1], dict(self._counted[2])
+            self._counted = (marker, self._counts())
+        counts = dict(self._counted[1])
+        return {"waiting": counts.get(WAITING, 0), "counts": counts}
 
     def _counts(self) -> dict[str, int]:
         """Runs per shown status: stored counts, with running split into running and interrupted (the

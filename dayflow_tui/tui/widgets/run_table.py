@@ -25,7 +25,7 @@ from ...pricing import format_usd
 from ...store.models import Run
 from ...safe_text import one_line
 from ...store import effective_status
-from .. import formatting
+from .. import bindings, formatting
 from ..read_model import PAGE, Reader, RunFilter, RunListModel, RunWindow
 
 # (title, width, right-aligned); the last column takes the rest of the line.
@@ -90,13 +90,7 @@ class RunTable(ScrollView, can_focus=True):
         "run-table--forked",
         "run-table--dim",
     }
-    BINDINGS = [
-        Binding("up,k", "cursor(-1)", "Up", show=False),
-        Binding("down,j", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home,g", "first", "First", show=False),
-        Binding("end,G", "last", "Last", show=False),
+    BINDINGS = bindings.line_cursor(letters=True) + [
         Binding("enter", "select", "Open", key_display="⏎"),
         Binding("z", "fold", "Fold forks", show=False),
     ]
@@ -310,11 +304,8 @@ class RunTable(ScrollView, can_focus=True):
     def action_page(self, direction: int) -> None:
         self._move_to(self.cursor + direction * max(self.scrollable_content_region.height - 1, 1))
 
-    def action_first(self) -> None:
-        self._move_to(0)
-
-    def action_last(self) -> None:
-        self._move_to(self.total - 1)
+    def action_edge(self, direction: int) -> None:
+        self._move_to(0 if direction < 0 else self.total - 1)
 
     def action_fold(self) -> None:
         """Fold the highlighted run's forks away (or back): read on the reader thread like every change."""
