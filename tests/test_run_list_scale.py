@@ -193,3 +193,29 @@ async def test_end_in_the_dashboard_shows_the_oldest_run_without_reading_the_lis
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+def test_the_header_counts_a_run_interrupted_when_its_owner_dies_without_a_commit(store):
+    import subprocess
+    import sys
+
+    from dayflow_tui import clock
+    from dayflow_tui import store as store_module
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = store.create_run("held", model="offline", run_id="run-held-0001", status="done")
+        Run.update(owner_host=store_module.HOSTNAME, owner_pid=owner.pid,
+                   owner_started=store_module.process_start_time(owner.pid), lease_token="f" * 32,
+                   heartbeat_at=clock.iso(clock.now()), status="running").where(Run.id == run.id).execute()
+        model = RunListModel(store, page=PAGE)
+        window = model.reload(RunFilter())
+        assert window.counts == {"running": 1}
+        assert model.poll(keep=None) is None  # nothing committed, nobody died: nothing to redraw
+        owner.kill()  # dies between two commits: no row changes
+        owner.wait()
+        window = model.poll(keep=None)
+        assert window is not None and window.counts == {"interrupted": 1}
+        assert model.poll(keep=None) is None
+    finally:
+        owner.kill()

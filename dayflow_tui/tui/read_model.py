@@ -257,7 +257,10 @@ class RunListModel:
             window = self._window
             marker = self.store.change_marker()
             if marker == window.marker:
-                return None
+                # Nothing committed; an owner may still have died (running -> interrupted in the header).
+                header = self._header_counts(marker)
+                return None if header["counts"] == dict(window.counts) else self._commit(replace(
+                    window, keep=None, reloaded=False, changed=False, **header))
             changed = self.store.runs_updated_since(_since(window.last_seen))
             if window.offset:
                 return self._commit(self._merged_below(window, changed, marker))
@@ -350,23 +353,20 @@ class RunListModel:
     def _header_counts(self, marker: tuple) -> dict:
         """The runs per status and the waiting ones among them (as ``RunWindow`` fields), read again only
         when something was committed since: a new filter (a reload) changes what is listed, not how many
-        runs there are."""
+        runs there are. Which running runs are interrupted is decided again every time (an owner dies
+        without a commit)."""
         if self._counted is None or self._counted[0] != marker or marker is None:
-            self._counted = (marker, self._counts())
+            stored = self.store.count_by_status()
+            running = (tuple(self.store.list_runs(limit=LIVENESS_LIMIT, status=["running"]))
+                       if stored.get("running") else ())
+            self._counted = (marker, stored, running)
         counts = dict(self._counted[1])
-        return {"waiting": counts.get(WAITING, 0), "counts": counts}
-
-    def _counts(self) -> dict[str, int]:
-        """Runs per shown status: stored counts, with running split into running and interrupted (the
-        running runs are few; whether their owner lives is decided here, as the list decides it)."""
-        counts = self.store.count_by_status()
-        if counts.get("running"):
-            running = self.store.list_runs(limit=LIVENESS_LIMIT, status=["running"])
-            dead = sum(1 for run in running if effective_status(run) == "interrupted")
+        dead = sum(1 for run in self._counted[2] if effective_status(run) == "interrupted")
+        if dead:
             counts["running"] -= dead
-            if dead:
-                counts["interrupted"] = dead
-        return {status: n for status, n in counts.items() if n}
+            counts["interrupted"] = dead
+        counts = {status: n for status, n in counts.items() if n}
+        return {"waiting": counts.get(WAITING, 0), "counts": counts}
 
 
 def _positions(rows, offset: int = 0) -> dict[str, int]:

@@ -137,6 +137,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             return
         tables.first().poll()
         self.sync_bindings()
+        self._draw_preview_line()  # the highlighted run's owner may have died since (running -> interrupted)
 
     @on(RunTable.Changed)
     def _table_changed(self) -> None:
