@@ -30,6 +30,18 @@ def _step(store, run_id: str, n: int, *, results: bool = True, error: bool = Fal
                                             **({"is_error": True} if error else {})}])
 
 
+async def _wait_freed(pilot, app, closed) -> None:
+    """Wait for the settle that frees the closed screen; on failure, say what still holds it."""
+    import gc
+
+    try:
+        await wait_for(pilot, lambda: not app.heap_to_settle and closed() is None)
+    except AssertionError:
+        kept = closed()
+        holders = [type(r).__name__ for r in gc.get_referrers(kept)] if kept is not None else []
+        raise AssertionError(f"settle pending: {app.heap_to_settle}; the closed screen is held by {holders}") from None
+
+
 def _prompts(screen) -> list[str]:
     steps = screen.query_one("#steps")
     return [str(steps.get_option_at_index(i).prompt) for i in range(steps.option_count)]
@@ -84,4 +96,30 @@ async def test_a_long_transcript_is_frozen_out_of_full_collections_and_freed_whe
         closed = weakref.ref(screen)
         del screen, views
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not app.heap_to_settle and closed() is None, timeout=10)
+        await _wait_freed(pilot, app, closed)
+
+
+async def test_a_closed_transcript_still_held_at_the_first_settle_is_freed_by_a_later_one(store):
+    """A thread worker can hold a closed screen past its unmount; the settle then must not freeze it for good."""
+    import asyncio
+    import gc
+    import weakref
+
+    from dayflow_tui.tui.screens.transcript import LONG_RUN_STEPS
+
+    store.create_run("long", model="offline", run_id="run-long-0002", status="done")
+    with store.db.atomic():
+        for n in range(1, LONG_RUN_STEPS + 1):
+            _step(store, "run-long-0002", n)
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_run(pilot, "run-long-0002")
+        await wait_for(pilot, lambda: screen.query_one("#steps").option_count == LONG_RUN_STEPS)
+        closed = weakref.ref(screen)
+        held = [screen]  # as a read still running in a thread holds it
+        del screen
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.heap_to_settle)  # unmounted
+        await asyncio.sleep(2.5)  # the settle timer (1 s) has run with the screen still held
+        held.clear()
+        await _wait_freed(pilot, app, closed)

@@ -11,6 +11,7 @@ import argparse
 import gc
 import os
 import sys
+import weakref
 from pathlib import Path
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Sequence
@@ -126,6 +127,10 @@ class DayflowApp(App):
         self.set_interval(1.0, self._settle_if_asked)
 
     heap_to_settle = False
+    # A closed long transcript, watched until the settle that frees it: Textual may still hold the screen for
+    # a moment after unmount (its message pump's task), and a settle then would freeze it again, for good.
+    _closed_screen: "weakref.ref[object] | None" = None
+    _settle_tries = 0
 
     def settle_heap(self) -> None:
         """Collect the garbage now, then leave every live object out of later full collections.
@@ -142,10 +147,27 @@ class DayflowApp(App):
         gc.collect()
         gc.freeze()
 
+    def settle_when_gone(self, screen: object) -> None:
+        """Settle the heap once ``screen`` (a closed long transcript) is garbage, from the timer below."""
+        self._closed_screen = weakref.ref(screen)
+        self._settle_tries = 0
+        self.heap_to_settle = True
+
     def _settle_if_asked(self) -> None:
-        """A long transcript was closed: settle the heap from a timer (timers stop when the app shuts down)."""
-        if self.heap_to_settle:
-            self.settle_heap()
+        """A long transcript was closed: settle the heap from a timer (timers stop when the app shuts down).
+
+        If the closed screen outlived the settle (still referenced while Textual finished closing it), it was
+        frozen again: settle once more on the next tick, a few times at most.
+        """
+        if not self.heap_to_settle:
+            return
+        self.settle_heap()
+        closed = self._closed_screen
+        if closed is not None and closed() is not None and self._settle_tries < 10:
+            self._settle_tries += 1
+            self.heap_to_settle = True
+        else:
+            self._closed_screen = None
 
     def get_css_variables(self) -> dict[str, str]:
         """The theme's variables, with muted text that is muted and readable in every theme.

@@ -689,7 +689,7 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
 
     def on_unmount(self) -> None:
         if len(self.views) >= LONG_RUN_STEPS:  # its views and widgets are garbage now: the next screen collects
-            self.app.heap_to_settle = True
+            self.app.settle_when_gone(self)
 
     def action_back(self) -> None:
         if self.mode != "detail":
