@@ -153,6 +153,27 @@ def test_a_poison_run_ahead_of_healthy_runs_is_given_up_and_the_worker_finishes(
     assert len(report.finished) == 2
 
 
+def test_worker_once_waits_out_a_backoff_that_ends_while_a_busy_host_looks(store, monkeypatch):
+    """On a loaded host the backoff can end between a claim that found nothing and the next read."""
+    import time
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("DAYFLOW_RETRY_BACKOFF", "0.05")
+    poison = queue_brief(store, model="claude-needs-a-key")
+    claim_next = store.claim_next
+
+    def slow_claim(**kwargs):
+        lease = claim_next(**kwargs)
+        if lease is None:
+            time.sleep(0.3)  # longer than the backoff: the host was busy after the claim
+        return lease
+
+    monkeypatch.setattr(store, "claim_next", slow_claim)
+    work(store, once=True)
+    run = store.get_run(poison)
+    assert run.status == "failed" and run.error.startswith("gave up after 3 attempts: "), (run.status, run.error)
+
+
 def test_worker_once_terminates_on_a_poison_run_from_the_console_script(db_path, tmp_path):
     env = {**os.environ, "DAYFLOW_RETRY_BACKOFF": "0.05"}
     env.pop("ANTHROPIC_API_KEY", None)

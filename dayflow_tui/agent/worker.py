@@ -97,6 +97,10 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
         try:
             while not stop.is_set():
                 try:
+                    # --once reads what is backing off *before* the claim: read after a claim that found
+                    # nothing, a backoff that ended in between (a busy host) would read as nothing left, and
+                    # the worker would exit with that run still to be taken.
+                    backing_off = store.next_retry_at() if once else None
                     took = drive_one()
                 except StoreError as exc:
                     emit(WorkerEvent("error", None, str(exc)))
@@ -107,7 +111,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
                     stop.wait(poll_every)
                     continue
                 if not took:
-                    wait = store.next_retry_at() if once else None
+                    wait = backing_off
                     if once and wait is None:
                         return  # nothing waiting now, and nothing backing off: --once is done
                     # --once also waits out runs backing off after a failed attempt, so a poison run
