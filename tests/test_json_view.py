@@ -140,6 +140,19 @@ async def test_a_big_payload_starts_folded_and_only_the_rows_on_screen_are_drawn
         assert len(view._cache) <= 3 * 24  # drawn lazily: rows on screen, not the document
 
 
+async def test_the_end_of_a_long_header_and_of_a_wide_line_can_be_scrolled_to_at_80_columns():
+    title = "user · tool_result for create_task (toolu_01XyZaBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789)"
+    app = _OneView([Payload(title, {"subject": "会議の議事録を送ってください" * 3})])
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = app.query_one(JsonView)
+        view.scroll_to(x=view.max_scroll_x, animate=False)
+        await pilot.pause()
+        header = "".join(segment.text for segment in view.render_line(0)).rstrip()
+        assert header.endswith("0123456789)  (3 lines)"), header  # the id and the size, not cut
+        wide = "".join(segment.text for segment in view.render_line(2)).rstrip()
+        assert wide.endswith("ください\""), wide  # two columns a character: measured as drawn
+
+
 async def test_text_that_is_not_json_is_shown_literally_never_as_markup_or_escapes():
     hostile = "[bold]not bold[/] [@click=app.quit]q[/] \x1b]0;title\x07 \x1b[31mred"
     app = _OneView([Payload.from_stored("damaged row", hostile)])
