@@ -106,3 +106,29 @@ async def test_a_task_not_made_by_a_run_says_so(store):
         assert isinstance(app.screen, TasksScreen)
         await pilot.press("slash", *"nothing-matches-this")
         await wait_for(pilot, lambda: shows(app, "No tasks match."))
+
+
+async def test_every_task_is_reached_a_page_at_a_time_as_the_cursor_reaches_the_end(store):
+    from dayflow_tui.store import Task
+    from dayflow_tui.tui.screens.tasks import SHOWN
+
+    with store.bound(), store.db.atomic():
+        Task.insert_many([{"idempotency_key": f"bulk-{i}", "title": f"bulk task {i}", "created_at": "2026-12-01T09:00:00Z"}
+                          for i in range(2 * SHOWN + 40)]).execute()
+    _, total = store.find_tasks()
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: shows(app, f"{total:,} tasks match; the newest {SHOWN} are listed"))
+        screen = app.screen
+        for pages in (2, 3):
+            await pilot.press("end")  # the last one listed: the next page is read and appended
+            await wait_for(pilot, lambda: len(screen.rows) == min(pages * SHOWN, total))
+        await wait_for(pilot, lambda: shows(app, f"{total:,} tasks · Enter opens"))
+        ids = [row.id for row in screen.rows]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == total  # newest first, each once
+        assert screen.query_one("#task-list", OptionList).option_count == total
+        await pilot.press("end")
+        await pilot.pause()
+        assert len(screen.rows) == total  # nothing more to read

@@ -46,10 +46,12 @@ class TaskQueries:
 
     @store_call
     def find_tasks(self: "Store", *, text: str | None = None, done: bool | None = None,
-                   run_prefix: str | None = None, limit: int = 500) -> tuple[list[Task], int]:
+                   run_prefix: str | None = None, limit: int = 500,
+                   before_id: int | None = None) -> tuple[list[Task], int]:
         """Tasks newest first, narrowed by words in the title or notes, done or open, and a run id prefix.
 
-        Returns the first ``limit`` and how many match in all (the dashboard's tasks screen).
+        Returns the first ``limit`` (older than task ``before_id``: the next page, by key, so tasks made
+        meanwhile do not shift it) and how many match in all (the dashboard's tasks screen).
         """
         query = Task.select()
         for word in (text or "").split():
@@ -58,7 +60,10 @@ class TaskQueries:
             query = query.where(Task.done == done)
         if run_prefix:
             query = query.where(Task.run.startswith(run_prefix))
-        return list(query.order_by(Task.id.desc()).limit(limit)), query.count()
+        total = query.count()
+        if before_id is not None:
+            query = query.where(Task.id < before_id)
+        return list(query.order_by(Task.id.desc()).limit(limit)), total
 
     @store_call
     def task_origins(self: "Store", tasks: Iterable[Task]) -> dict[int, int]:

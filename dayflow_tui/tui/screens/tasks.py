@@ -3,7 +3,8 @@
 Filter as you type: words (title or notes), ``open`` or ``done``, and
 ``run:ID`` (an id prefix). Reads run on the dashboard's reader thread: the
 newest ``SHOWN`` matching tasks and how many match in all, plus the step of
-each that created it. Enter opens that run at that step.
+each that created it; the next ``SHOWN`` are read when the cursor reaches the
+last one listed. Enter opens that run at that step.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .. import bindings, formatting
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 
-SHOWN = 500  # tasks listed at once: narrow the filter to reach older ones
+SHOWN = 500  # tasks read at once; the cursor at the last one reads the next page
 FILTER_PAUSE_S = 0.15
 
 
@@ -61,14 +62,16 @@ class TaskRow:
 
 
 class TasksRead(Message):
-    def __init__(self, generation: int, rows: tuple[TaskRow, ...], total: int, error: BaseException | None) -> None:
+    def __init__(self, generation: int, rows: tuple[TaskRow, ...], total: int, error: BaseException | None,
+                 *, more: bool = False) -> None:
         super().__init__()
         self.generation, self.rows, self.total, self.error = generation, rows, total, error
+        self.more = more  # the next page, to append to the rows listed
 
 
-def read_tasks(store, task_filter: TaskFilter) -> tuple[tuple[TaskRow, ...], int]:
+def read_tasks(store, task_filter: TaskFilter, *, before_id: int | None = None) -> tuple[tuple[TaskRow, ...], int]:
     tasks, total = store.find_tasks(text=task_filter.text or None, done=task_filter.done,
-                                    run_prefix=task_filter.run_prefix, limit=SHOWN)
+                                    run_prefix=task_filter.run_prefix, limit=SHOWN, before_id=before_id)
     origins = store.task_origins(tasks)
     rows = tuple(TaskRow(t.id, t.title, t.due, bool(t.done), t.created_at, t.run_id, origins.get(t.id))
                  for t in tasks)
@@ -93,8 +96,11 @@ class TasksScreen(Screen):
         super().__init__(id="tasks")
         self.generation = 0
         self.rows: tuple[TaskRow, ...] = ()
+        self.total = 0
         self.loaded = False
         self._timer = None
+        self._filter = TaskFilter()
+        self._reading_more = False
 
     def compose(self) -> ComposeResult:
         yield DayflowHeader()
@@ -120,35 +126,56 @@ class TasksScreen(Screen):
 
     def _read(self, raw: str) -> None:
         self.generation += 1
-        generation, store, task_filter = self.generation, self.app.store, parse_filter(raw)
+        self._filter, self._reading_more = parse_filter(raw), False
+        self._submit(before_id=None)
+
+    def _submit(self, *, before_id: int | None) -> None:
+        generation, store, task_filter = self.generation, self.app.store, self._filter
 
         def done(result, error) -> None:
             rows, total = result if result is not None else ((), 0)
-            self.post_message(TasksRead(generation, rows, total, error))
+            self.post_message(TasksRead(generation, rows, total, error, more=before_id is not None))
 
-        self.app.reader.submit("tasks", lambda: read_tasks(store, task_filter), done)
+        self.app.reader.submit("tasks", lambda: read_tasks(store, task_filter, before_id=before_id), done)
+
+    @on(OptionList.OptionHighlighted, "#task-list")
+    def _near_the_end(self, event: OptionList.OptionHighlighted) -> None:
+        """The cursor on the last task listed, and more match: read the next page (once at a time)."""
+        if (self.loaded and not self._reading_more and self.rows and len(self.rows) < self.total
+                and event.option_index >= len(self.rows) - 1):
+            self._reading_more = True
+            self._submit(before_id=self.rows[-1].id)
 
     def on_tasks_read(self, message: TasksRead) -> None:
         if message.generation != self.generation:
             return  # an older filter's answer
         status = self.query_one("#tasks-status", Static)
         if message.error is not None:
+            self._reading_more = False  # the cursor at the end again tries again
             self.app.report_error(message.error)
             status.update(Content.styled(f"cannot read tasks: {redacted_line(message.error, 200)}", "$text-error"))
             return
-        self.rows, self.loaded = message.rows, True
         listing = self.query_one("#task-list", OptionList)
+        listed = {row.id for row in self.rows} if message.more else set()
+        fresh = [row for row in message.rows if row.id not in listed]  # tasks deleted meanwhile never repeat one
         with self.app.batch_update():
-            listing.clear_options()
-            listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in message.rows])
-            if message.rows:
-                listing.highlighted = 0
-        shown = len(message.rows)
+            if message.more:
+                self._reading_more = False
+                listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in fresh])
+                self.rows += tuple(fresh)
+            else:
+                self.rows = message.rows
+                listing.clear_options()
+                listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in message.rows])
+                if message.rows:
+                    listing.highlighted = 0
+        self.total, self.loaded = message.total, True
+        shown = len(self.rows)
         if not message.total:
             text = "No tasks match." if self.query_one("#task-filter", Input).value.strip() else \
                 "No tasks yet: runs create them (a daily brief makes one per mail that asks for something)."
         elif shown < message.total:
-            text = f"{message.total:,} tasks match; the newest {shown:,} are listed (narrow the filter for others)"
+            text = f"{message.total:,} tasks match; the newest {shown:,} are listed, more as the cursor reaches the end"
         else:
             text = f"{message.total:,} task{'s' if message.total != 1 else ''} · Enter opens the step that made it"
         status.update(Content.styled(text, "$text-muted"))
