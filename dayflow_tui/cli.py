@@ -479,8 +479,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         return 0
     for t in tasks:
         mark = "x" if t.done else " "
-        due = f"  due {t.due}" if t.due else ""
-        origin = f"  (run {t.run_id}, {format_usd(costs[t.run_id].total)})" if t.run_id else ""
+        due = f"  due {printable(t.due)}" if t.due else ""  # a date when a tool wrote it; a row can hold anything
+        origin = f"  (run {printable(t.run_id)}, {format_usd(costs[t.run_id].total)})" if t.run_id else ""
         print(f"[{mark}] {t.id:>4}  {one_line(t.title, 80)}{due}  key={printable(t.idempotency_key)}{origin}")
     return 0
 

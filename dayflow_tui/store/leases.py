@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import clock, settings
 from ..errors import RunBusy
+from ..safe_text import printable
 from .models import Run
 from .resumes import record_resume
 from .retry import attempt_number, store_call
@@ -181,7 +182,8 @@ def effective_status(run: Run) -> str:
 
 
 def holder(run: Run) -> str:
-    return f"pid {run.owner_pid} on {run.owner_host}"
+    """Who holds the run, as text safe to show: the host name is whatever the row holds."""
+    return printable(f"pid {run.owner_pid} on {run.owner_host}")
 
 
 class LeaseQueries:

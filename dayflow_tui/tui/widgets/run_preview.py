@@ -77,7 +77,7 @@ def preview_content(preview: Preview) -> Content:
         parts += [(f"tasks created ({len(tasks) if len(tasks) <= TASK_LINES else f'{TASK_LINES}+'})", "bold"), "\n"]
         for task in tasks[:TASK_LINES]:
             mark = "✔" if task.done else "•"
-            parts += [f" {mark} {one_line(task.title, 60)}", (f"  {task.due}" if task.due else "", "$text-muted"), "\n"]
+            parts += [f" {mark} {one_line(task.title, 60)}", (f"  {one_line(task.due, 40)}" if task.due else "", "$text-muted"), "\n"]
         parts.append("\n")
     if run.error and run.status != "done":
         parts += [("error", "bold $text-error"), "\n", (printable(one_line(run.error, 400)), "$text-error"), "\n"]
