@@ -425,7 +425,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r, depth in _as_tree(runs):
         cost = costs[r.id]
         indent = "  " * (depth - 1) + "└─ " if depth else ""
-        line = (f"{indent}{r.id}  {effective_status(r):<11}  {r.created_at[:19]}  steps={r.step_count}  "
+        line = (f"{indent}{printable(r.id)}  {effective_status(r):<11}  {printable(r.created_at[:19])}  steps={r.step_count}  "
                 f"tokens={r.input_tokens}/{r.output_tokens}  cost={format_usd(cost.total, unknown='unknown')}  "
                 f"cache={cache_text(cost)}  {printable(r.model)}")
         budget = budget_text(r.budget_usd, cost.total)

@@ -150,7 +150,7 @@ async def test_the_dashboard_shows_the_same_run_literally_and_stays_up(hostile_d
         store.close()
 
 
-def test_a_damaged_task_row_is_shown_literally_by_tasks_and_the_preview_pane(tmp_path):
+def test_a_damaged_task_or_run_row_is_shown_literally_by_tasks_runs_and_the_preview_pane(tmp_path):
     """The tool checks ``due`` as a date, but a row can be damaged, imported or written by an agent's own
     tool through the store: what the database holds is shown as text wherever it is shown."""
     from dayflow_tui.store import Run, Task, open_store
@@ -161,11 +161,13 @@ def test_a_damaged_task_row_is_shown_literally_by_tasks_and_the_preview_pane(tmp
     run = run_brief(store, model="offline")
     with store.bound():
         Task.update(due=f"{ANSI}{OSC}{C1}").where(Task.run == run.run_id).execute()
-        Run.update(owner_pid=4242, owner_host=f"host{ANSI}").where(Run.id == run.run_id).execute()
+        Run.update(owner_pid=4242, owner_host=f"host{ANSI}", created_at=f"{ANSI}2026", status="running",
+                   heartbeat_at=f"{ANSI}not a time").where(Run.id == run.run_id).execute()
         tasks = tuple(store.list_tasks(include_done=True, run_id=run.run_id))
         preview = Preview(store.get_run(run.run_id), tasks, None)
     store.close()
     listed = assert_shown_literally(dayflow("tasks", db=db), "\\x1b[31mRED", "\\x1b]0;pwned-title\\x07", "\\x9b31mC1")
     assert listed.count("\\x1b[31mRED") == len(tasks)
+    assert_shown_literally(dayflow("runs", db=db), "\\x1b[31mRED", "interrupted")  # damaged start and heartbeat
     drawn = preview_content(preview).plain
-    assert not RAW_CONTROL.search(drawn.encode()) and drawn.count("\\x1b[31mRED") == len(tasks) + 1  # + the host
+    assert not RAW_CONTROL.search(drawn.encode()) and drawn.count("\\x1b[31mRED") == len(tasks) + 2  # host, start

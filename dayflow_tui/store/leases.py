@@ -145,14 +145,19 @@ def _age_seconds(run: Run) -> float | None:
     if not run.heartbeat_at:
         return None
     seen = getattr(run, "db_now", None)
-    now = _parse(seen) if seen else clock.now()
-    return (now - _parse(run.heartbeat_at)).total_seconds()
+    try:
+        now = _parse(seen) if seen else clock.now()
+        return (now - _parse(run.heartbeat_at)).total_seconds()
+    except (TypeError, ValueError, AttributeError):
+        return None  # a damaged heartbeat is no heartbeat: the owner counts as silent, never as a crash here
 
 
 def owner_alive(run: Run, stale_after: float = STALE_AFTER_S) -> bool:
     """Is the process recorded as the run's owner still driving it?"""
     if run.owner_pid is None:
         return False
+    if not isinstance(run.owner_pid, int):
+        return False  # a damaged row (SQLite keeps text in an integer column): no process to ask
     age = _age_seconds(run)
     fresh = age is not None and age < stale_after
     if run.owner_host == this_host():

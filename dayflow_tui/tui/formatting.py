@@ -10,6 +10,7 @@ from datetime import datetime
 
 from .. import clock
 from ..agent.estimate import duration
+from ..safe_text import printable
 
 # effective status -> (glyph, word). The word makes the status readable without colour.
 STATUS_LOOK: dict[str, tuple[str, str]] = {
@@ -39,10 +40,10 @@ def tokens(n: int | None) -> str:
 
 
 def started(iso_ts: str | None) -> str:
-    """``2026-12-02 13:54:47`` from a stored ISO timestamp (UTC)."""
+    """``2026-12-02 13:54:47`` from a stored ISO timestamp (UTC); a damaged one is shown as text."""
     if not iso_ts:
         return ""
-    return iso_ts[:19].replace("T", " ")
+    return printable(str(iso_ts)[:19].replace("T", " "))
 
 
 def _parse(iso_ts: str) -> datetime | None:
