@@ -365,11 +365,11 @@ def _dry_run(store, run, args: argparse.Namespace) -> int:
 
     status = effective_status(run)
     if run.status == "done":
-        print(f"[dry run {run.id}] done at step {run.step_count}; a resume makes no call (nothing to pay)")
+        print(printable(f"[dry run {run.id}] done at step {run.step_count}; a resume makes no call (nothing to pay)"))
         return 0
     found = resume_estimate(store, run.id)
     call = found.call
-    print(f"[dry run {run.id}] {status}, {run.step_count} committed step(s); no call was made")
+    print(printable(f"[dry run {run.id}] {status}, {run.step_count} committed step(s); no call was made"))
     size = f"next request: {call.messages} messages, {call.input_tokens:,} input tokens ({call.size_note()})"
     if found.count_error:
         size += f"; the API's count failed: {printable(found.count_error)}"
@@ -439,7 +439,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             line += f"  at step {r.forked_at}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
-        print(line)
+        print(printable(line))  # counts and the status too are whatever a (damaged) row holds
     return 0
 
 

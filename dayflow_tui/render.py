@@ -22,13 +22,18 @@ def _safe(text: object, style: str = "") -> Text:
     return Text(printable(text), style=style)
 
 
+def _count(n: object) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)  # (text in a damaged SQLite row: shown, not a crash)
+
+
 def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
                      approvals: list | None = None) -> None:
     """``resumes`` (``store.resumes.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
-    header = Text.assemble(("run ", "bold"), (run.id, "bold cyan"), f"  {run.status}  model=",
-                           printable(run.model), f"  tokens={run.input_tokens}/{run.output_tokens}")
+    # Every value is what a row holds, damaged or not: shown as text.
+    header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(run.status)}  model=",
+                           printable(run.model), printable(f"  tokens={run.input_tokens}/{run.output_tokens}"))
     if run_cost is not None:
         header.append(f"  cost={format_usd(run_cost.total)}  cache={cache_text(run_cost)}")
         budget = budget_text(getattr(run, "budget_usd", None), run_cost.total)
@@ -51,14 +56,15 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
                                 "bold green"))
         gap = f"  +{view.seconds_since_previous:.1f}s" if view.seconds_since_previous is not None else ""
         # Short enough for 80 columns: a rule is cut at the terminal's width, and the dollars come last.
-        console.print(Rule(Text(f"step {view.n} · {view.stop_reason} · {view.input_tokens}/{view.output_tokens} "
-                                f"tokens · {format_usd(view.cost)} · run {view.cum_input}/{view.cum_output}, "
-                                f"{format_usd(view.cum_cost)}{gap}"),
+        console.print(Rule(Text(printable(
+                               f"step {view.n} · {view.stop_reason} · {view.input_tokens}/{view.output_tokens} "
+                               f"tokens · {format_usd(view.cost)} · run {view.cum_input}/{view.cum_output}, "
+                               f"{format_usd(view.cum_cost)}{gap}")),
                            align="left", style="dim"))
         if view.compacted_est_tokens is not None:
             # The history is stored in full; this step's call was sent a compacted view of it.
-            console.print(_safe(f"request compacted: ~{view.request_est_tokens:,} -> "
-                                f"~{view.compacted_est_tokens:,} estimated tokens", "dim"))
+            console.print(_safe(f"request compacted: ~{_count(view.request_est_tokens)} -> "
+                                f"~{_count(view.compacted_est_tokens)} estimated tokens", "dim"))
         if raw:
             console.print(_safe(view.raw_assistant))
             if view.raw_tool_results is not None:

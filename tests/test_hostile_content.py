@@ -171,3 +171,36 @@ def test_a_damaged_task_or_run_row_is_shown_literally_by_tasks_runs_and_the_prev
     assert_shown_literally(dayflow("runs", db=db), "\\x1b[31mRED", "interrupted")  # damaged start and heartbeat
     drawn = preview_content(preview).plain
     assert not RAW_CONTROL.search(drawn.encode()) and drawn.count("\\x1b[31mRED") == len(tasks) + 2  # host, start
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("table,column,value", [
+    ("runs", "status", ANSI), ("runs", "input_tokens", "many"), ("steps", "duration_ms", ANSI),
+    ("steps", "compacted_est_tokens", "x"), ("runs", "heartbeat_at", ANSI)])
+async def test_the_dashboard_stays_up_on_a_run_whose_row_sqlite_let_be_damaged(tmp_path, table, column, value,
+                                                                         anyio_backend):
+    """SQLite keeps any value in any column: the list, the preview, the transcript and its JSON draw it."""
+    import asyncio
+    import sqlite3
+
+    from dayflow_tui.store import open_store
+    from dayflow_tui.tui.app import DayflowApp
+
+    db = tmp_path / "dayflow.db"
+    assert dayflow("brief", db=db).returncode == 0
+    with sqlite3.connect(db) as con:
+        con.execute(f"UPDATE {table} SET {column} = ?", (value,))
+    if column == "heartbeat_at":
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE runs SET status = 'running', owner_pid = 1, owner_host = 'elsewhere'")
+    store = open_store(str(db))
+    app = DayflowApp(store)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await asyncio.sleep(1.0)
+        await pilot.press("enter")
+        await asyncio.sleep(1.0)
+        await pilot.press("v")
+        await asyncio.sleep(0.5)
+        assert app.is_running and app.return_code is None
+    store.close()

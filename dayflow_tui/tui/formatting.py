@@ -10,7 +10,7 @@ from datetime import datetime
 
 from .. import clock
 from ..agent.estimate import duration
-from ..safe_text import printable
+from ..safe_text import one_line, printable
 
 # effective status -> (glyph, word). The word makes the status readable without colour.
 STATUS_LOOK: dict[str, tuple[str, str]] = {
@@ -31,12 +31,15 @@ STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued", 
 
 
 def status_label(status: str) -> str:
-    glyph, word = STATUS_LOOK.get(status, ("?", status))
+    glyph, word = STATUS_LOOK.get(status, ("?", one_line(status, 20)))  # one Dayflow never wrote: as text
     return f"{glyph} {word}"
 
 
 def tokens(n: int | None) -> str:
-    return f"{n or 0:,}"
+    """``12,345``; a count a damaged SQLite row holds as text is shown as that text, never a crash."""
+    if n is None or isinstance(n, (int, float)):
+        return f"{n or 0:,}"
+    return printable(one_line(n, 20))
 
 
 def started(iso_ts: str | None) -> str:

@@ -297,8 +297,8 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         run = self.run
         spent = self.views[-1].cum_cost if self.views else Cost()  # None: a step without a price
         parts: list = [("  ·  " + format_usd(spent), "bold")]
-        if run.input_tokens:
-            parts.append(f"  ·  cache {run.cache_read_tokens / run.input_tokens:.0%}")
+        if run.input_tokens and all(isinstance(n, int) for n in (run.input_tokens, run.cache_read_tokens)):
+            parts.append(f"  ·  cache {run.cache_read_tokens / run.input_tokens:.0%}")  # (not from a damaged row)
         if run.budget_usd is not None:
             parts.append(f"  ·  budget {budget_text(run.budget_usd, spent.total if spent is not None else None)}")
         return parts

@@ -24,9 +24,11 @@ from ...costs import NO_CALLS
 from ...pricing import format_usd
 from ...store.models import Run
 from ...safe_text import one_line
-from ...store import effective_status
+from ...store import RunStatus, effective_status
 from .. import bindings, formatting
 from ..read_model import PAGE, Reader, RunFilter, RunListModel, RunWindow
+
+_KNOWN_STATUSES = frozenset(member.value for member in RunStatus)
 
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
@@ -230,7 +232,9 @@ class RunTable(ScrollView, can_focus=True):
         status = effective_status(run)
         # Full styles, not partial: a theme colour such as $text-muted ("auto 60%") only means something
         # against the background it sits on (partial, it came out pure white on every theme).
-        status_style = self.get_component_rich_style(f"run-table--{status}")
+        # A status Dayflow never wrote (a damaged row) is drawn plain, as text.
+        known = status in _KNOWN_STATUSES
+        status_style = self.get_component_rich_style(f"run-table--{status}" if known else "run-table--dim")
         dim = self.get_component_rich_style("run-table--dim")
         note = run.error if run.error and run.status != "done" else run.user_msg
         agent = getattr(run, "agent", None)

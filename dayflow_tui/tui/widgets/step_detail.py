@@ -37,7 +37,7 @@ def step_heading(view: StepView) -> Content:
 def step_facts(view: StepView) -> Content:
     facts = []
     if view.duration_ms is not None:
-        facts.append(f"model call {view.duration_ms:,} ms")
+        facts.append(f"model call {formatting.tokens(view.duration_ms)} ms")
     if view.cache_read_tokens or view.cache_write_tokens:
         facts.append(f"cache read {formatting.tokens(view.cache_read_tokens)}, "
                      f"write {formatting.tokens(view.cache_write_tokens)}")
