@@ -30,6 +30,19 @@ def _step(store, run_id: str, n: int, *, results: bool = True, error: bool = Fal
                                             **({"is_error": True} if error else {})}])
 
 
+async def _open_long_run(store, pilot, run_id: str):
+    """A finished run of LONG_RUN_STEPS steps, opened from the list and read to its last step."""
+    from dayflow_tui.tui.screens.transcript import LONG_RUN_STEPS
+
+    store.create_run("long", model="offline", run_id=run_id, status="done")
+    with store.db.atomic():
+        for n in range(1, LONG_RUN_STEPS + 1):
+            _step(store, run_id, n)
+    screen = await open_run(pilot, run_id)
+    await wait_for(pilot, lambda: screen.query_one("#steps").option_count == LONG_RUN_STEPS)
+    return screen
+
+
 async def _wait_freed(pilot, app, closed) -> None:
     """Wait for the settle that frees the closed screen; on failure, say what still holds it."""
     import gc
@@ -79,16 +92,9 @@ async def test_a_long_transcript_is_frozen_out_of_full_collections_and_freed_whe
     import gc
     import weakref
 
-    from dayflow_tui.tui.screens.transcript import LONG_RUN_STEPS
-
-    store.create_run("long", model="offline", run_id="run-long-0001", status="done")
-    with store.db.atomic():
-        for n in range(1, LONG_RUN_STEPS + 1):
-            _step(store, "run-long-0001", n)
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_run(pilot, "run-long-0001")
-        await wait_for(pilot, lambda: screen.query_one("#steps").option_count == LONG_RUN_STEPS)
+        screen = await _open_long_run(store, pilot, "run-long-0001")
         await pilot.pause()
         views = screen.views
         assert gc.get_freeze_count() > 0
@@ -105,16 +111,9 @@ async def test_a_closed_transcript_still_held_at_the_first_settle_is_freed_by_a_
     import gc
     import weakref
 
-    from dayflow_tui.tui.screens.transcript import LONG_RUN_STEPS
-
-    store.create_run("long", model="offline", run_id="run-long-0002", status="done")
-    with store.db.atomic():
-        for n in range(1, LONG_RUN_STEPS + 1):
-            _step(store, "run-long-0002", n)
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_run(pilot, "run-long-0002")
-        await wait_for(pilot, lambda: screen.query_one("#steps").option_count == LONG_RUN_STEPS)
+        screen = await _open_long_run(store, pilot, "run-long-0002")
         closed = weakref.ref(screen)
         held = [screen]  # as a read still running in a thread holds it
         del screen

@@ -39,7 +39,7 @@ def tokens(n: int | None) -> str:
     """``12,345``; a count a damaged SQLite row holds as text is shown as that text, never a crash."""
     if n is None or isinstance(n, (int, float)):
         return f"{n or 0:,}"
-    return printable(one_line(n, 20))
+    return one_line(n, 20)
 
 
 def started(iso_ts: str | None) -> str:

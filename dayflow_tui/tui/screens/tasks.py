@@ -156,20 +156,15 @@ class TasksScreen(Screen):
             status.update(Content.styled(f"cannot read tasks: {redacted_line(message.error, 200)}", "$text-error"))
             return
         listing = self.query_one("#task-list", OptionList)
-        listed = {row.id for row in self.rows} if message.more else set()
-        fresh = [row for row in message.rows if row.id not in listed]  # tasks deleted meanwhile never repeat one
         with self.app.batch_update():
-            if message.more:
-                self._reading_more = False
-                listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in fresh])
-                self.rows += tuple(fresh)
-            else:
-                self.rows = message.rows
+            if not message.more:  # a new filter: list from the top (a next page is older than every row, by key)
+                self.rows = ()
                 listing.clear_options()
-                listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in message.rows])
-                if message.rows:
-                    listing.highlighted = 0
-        self.total, self.loaded = message.total, True
+            listing.add_options([Option(task_prompt(row), id=f"task-{row.id}") for row in message.rows])
+            if not message.more and message.rows:
+                listing.highlighted = 0
+        self.rows += message.rows
+        self.total, self.loaded, self._reading_more = message.total, True, False
         shown = len(self.rows)
         if not message.total:
             text = "No tasks match." if self.query_one("#task-filter", Input).value.strip() else \
