@@ -1,0 +1,1 @@
+"""The simulation test: features and faults mixed (issue #24); see test_simulation.py."""

@@ -1,0 +1,121 @@
+"""A random agent for one simulation example, written as a Python file that ``dayflow run`` loads.
+
+Tools come in four kinds: read-only, idempotent (keyed on ``key``, its effect
+a task made through the store), plain (a side effect that must never run
+twice), and approval (plain or idempotent, waiting for a person). Every
+body appends lines to a side-effect ledger (``SIM_LEDGER``) so the test can
+count executions from outside the process:
+
+    read RUN CALL NOTE PID TIME             a read-only body ran
+    start RUN CALL NOTE PID TIME            a plain body began its effect ...
+    end RUN CALL NOTE PID TIME              ... and finished it
+    idem-start RUN CALL KEY PID TIME        an idempotent body began
+    idem-end RUN CALL KEY CREATED PID TIME  ... and the store said whether it made the task
+
+Plain and idempotent bodies sleep ``SIM_BODY_PAUSE`` seconds between their
+two lines, so a kill can land inside the effect. A line is one ``write`` of
+an append-mode file: a process killed with SIGKILL leaves whole lines.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+READ_ONLY, IDEMPOTENT, PLAIN = "read_only", "idempotent", "plain"
+
+_PRELUDE = '''\
+"""Written by tests/sim for one simulation example."""
+import os
+import time
+
+from dayflow_tui.agent.define import Agent, tool
+
+
+def _log(*fields):
+    ledger = os.environ.get("SIM_LEDGER")
+    if ledger:
+        line = " ".join(str(f) for f in fields) + f" {os.getpid()} {time.time():.6f}\\n"
+        with open(ledger, "a", encoding="utf-8") as fh:
+            fh.write(line)
+
+
+def _pause():
+    seconds = float(os.environ.get("SIM_BODY_PAUSE") or 0)
+    if seconds:
+        time.sleep(seconds)
+
+'''
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    kind: str  # the kind declared to Dayflow
+    body: str  # what the body does: "read", "plain" or "idempotent" (fixed, whatever the declared kind)
+    approval: bool = False
+
+    def source(self) -> str:
+        options = []
+        if self.kind == READ_ONLY:
+            options.append("read_only=True")
+        elif self.kind == IDEMPOTENT:
+            options.append('idempotent="key"')
+        if self.approval:
+            options.append("needs_approval=True")
+        head = f"@tool({', '.join(options)})"
+        if self.body == "read":
+            return (f'{head}\ndef {self.name}(ctx, call: str, note: str = "") -> dict:\n'
+                    f'    """Read something; no side effect."""\n'
+                    f'    _log("read", ctx.run_id, call, note)\n'
+                    f'    return {{"ok": True, "seen": note}}\n')
+        if self.body == "idempotent":
+            return (f'{head}\ndef {self.name}(ctx, call: str, key: str, note: str = "") -> dict:\n'
+                    f'    """Make the task named by key, once."""\n'
+                    f'    _log("idem-start", ctx.run_id, call, key)\n'
+                    f'    _pause()\n'
+                    f'    task, created = ctx.store.create_task(idempotency_key="sim-" + key, title="sim " + key,\n'
+                    f'                                          run_id=ctx.run_id)\n'
+                    f'    _log("idem-end", ctx.run_id, call, key, int(created))\n'
+                    f'    return {{"ok": True, "created": created}}\n')
+        return (f'{head}\ndef {self.name}(ctx, call: str, note: str = "") -> dict:\n'
+                f'    """Send something: a side effect that must never happen twice."""\n'
+                f'    _log("start", ctx.run_id, call, note)\n'
+                f'    _pause()\n'
+                f'    _log("end", ctx.run_id, call, note)\n'
+                f'    return {{"ok": True, "sent": note}}\n')
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    tools: tuple[ToolSpec, ...]
+    prompt: str = "You are a simulated agent. Use your tools, then answer."
+
+    def source(self) -> str:
+        names = ", ".join(t.name for t in self.tools)
+        return (_PRELUDE + "\n\n".join(t.source() for t in self.tools)
+                + f"\n\nagent = Agent(name=\"sim\", system={self.prompt!r}, tools=({names},),"
+                  f" task=\"simulate\")\n")
+
+    def tool(self, name: str) -> ToolSpec:
+        return next(t for t in self.tools if t.name == name)
+
+    def with_tool(self, new: ToolSpec) -> "AgentSpec":
+        return replace(self, tools=tuple(new if t.name == new.name else t for t in self.tools))
+
+    def effect_tools(self) -> set[str]:
+        """Tools whose body has a side effect that must happen at most once per call."""
+        return {t.name for t in self.tools if t.body == "plain"}
+
+
+def random_agent(rng: random.Random) -> AgentSpec:
+    """At least one tool of each kind, sometimes two; approval on some plain and idempotent tools."""
+    tools = []
+    for kind, body, prefix in ((READ_ONLY, "read", "look"), (IDEMPOTENT, "idempotent", "put"),
+                               (PLAIN, "plain", "send")):
+        for i in range(rng.randint(1, 2)):
+            tools.append(ToolSpec(f"{prefix}_{i}", kind, body, approval=kind != READ_ONLY and rng.random() < 0.35))
+    if not any(t.approval for t in tools):  # every example has a tool that waits for a person
+        plain = next(t for t in tools if t.kind == PLAIN)
+        tools[tools.index(plain)] = replace(plain, approval=True)
+    return AgentSpec(tuple(tools))

@@ -1,0 +1,201 @@
+"""The properties checked after every action of a simulation example, and once more when it is over.
+
+Each check reads only what is outside the processes: the database through
+the test's own connection, the side-effect ledger the tool bodies append to,
+the model server's record of requests, and each process's exit and output.
+A check returns problems as sentences; an empty list is a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+
+from .world import VERDICTS, Proc, Snapshot, World, read_ledger
+
+BACK_PRESSURE = re.compile(r"\b(429|529)\b|rate.?limit|overload", re.I)
+LEAKS = ("sim_injected_store_fault", "storeerror", "psycopg", "sqlite", "postgresql://", "dayflow.db")
+
+
+def tool_names(snapshot: Snapshot) -> dict[tuple[str, str], str]:
+    """(run, call id) -> the tool the model called, from every committed step."""
+    names = {}
+    for (run_id, _n), step in snapshot.steps.items():
+        for block in json.loads(step["assistant"]):
+            if block.get("type") == "tool_use":
+                names[(run_id, block.get("id"))] = block.get("name")
+    return names
+
+
+def results(snapshot: Snapshot) -> dict[tuple[str, str], dict]:
+    """(run, call id) -> the committed tool_result (a step's results, else the journal's kept result)."""
+    found = {}
+    for (run_id, call), row in snapshot.approvals.items():
+        if row.get("result"):
+            found[(run_id, call)] = json.loads(row["result"])
+    for (run_id, _n), step in snapshot.steps.items():
+        for block in json.loads(step["tool_results"] or "[]"):
+            found[(run_id, block.get("tool_use_id"))] = block
+    return found
+
+
+def check_process(proc: Proc) -> list[str]:
+    problems = []
+    if proc.timed_out:
+        problems.append(f"{proc.tag} `{' '.join(proc.argv[1:])}` was still running after its time limit "
+                        "(a retry loop or a hang)")
+    if "Traceback (most recent call last)" in proc.err:
+        problems.append(f"{proc.tag} printed a traceback: {proc.err.strip().splitlines()[-1][:200]}")
+    if (proc.backpressure and not proc.killed and proc.exit_code != 0 and proc.argv[1] in ("run", "resume")
+            and BACK_PRESSURE.search(proc.err)):
+        problems.append(f"{proc.tag} `{' '.join(proc.argv[1:3])}` gave up on back-pressure (exit {proc.exit_code}: "
+                        f"{proc.err.strip().splitlines()[-1][:160]}) instead of waiting out retry-after")
+    if proc.exit_code == 70:
+        problems.append(f"{proc.tag} exited 70 (an internal error): {proc.err.strip()[-200:]}")
+    return problems
+
+
+def check_world(world: World, snapshot: Snapshot) -> list[str]:
+    """Every property that must hold between any two actions."""
+    problems: list[str] = []
+    problems += _steps_kept(world, snapshot)
+    ledger = read_ledger(world.ledger)
+    names = tool_names(snapshot)
+    kept = results(snapshot)
+    killed_pids = {p.pid for p in world.procs if p.killed}
+
+    # Plain bodies: at most once per call; a body killed mid-effect is answered outcome_unknown.
+    starts = Counter((line.run, line.call) for line in ledger if line.what == "start")
+    ends = {(line.run, line.call) for line in ledger if line.what == "end"}
+    for (run_id, call), count in starts.items():
+        if count > 1:
+            problems.append(f"plain tool {names.get((run_id, call), '?')} call {call} of run {run_id} ran its body "
+                            f"{count} times")
+    for line in ledger:
+        if line.what != "start" or (line.run, line.call) in ends or line.pid not in killed_pids:
+            continue
+        answer = kept.get((line.run, line.call))
+        if answer is not None and not (answer.get("is_error") and "outcome_unknown" in str(answer.get("content"))):
+            problems.append(f"plain call {line.call} of run {line.run} was killed in its body, yet its result is "
+                            f"{str(answer.get('content'))[:120]!r}, not an outcome_unknown error")
+
+    # Idempotent effects: once per key.
+    made = Counter(line.value for line in ledger if line.what == "idem-end" and line.created == 1)
+    for key, count in made.items():
+        if count > 1:
+            problems.append(f"idempotent key {key}: its task was created {count} times")
+    task_keys = Counter(t["idempotency_key"] for t in snapshot.tasks)
+    for key, count in task_keys.items():
+        if count > 1:
+            problems.append(f"task key {key} stored {count} times")
+    for key in made:
+        if f"sim-{key}" not in task_keys:
+            problems.append(f"idempotent key {key}: the body was told it made the task, but no task is stored")
+
+    # One driver at a time: a run's ledger lines come from one process, then another, never interleaved.
+    by_run: dict[str, list[int]] = defaultdict(list)
+    for line in ledger:
+        if not by_run[line.run] or by_run[line.run][-1] != line.pid:
+            by_run[line.run].append(line.pid)
+    for run_id, pids in by_run.items():
+        if len(pids) != len(set(pids)):
+            problems.append(f"run {run_id} was driven by two processes at once (tool bodies by pids {pids})")
+
+    # Decisions: a call that waits runs nothing; an approval tool's body runs only when approved;
+    # a denied call never runs; an edited approval runs with the edited arguments; a decision never changes.
+    ran = {(line.run, line.call): line for line in ledger if line.what in ("start", "idem-start", "read")}
+    approval_tools = {t.name for t in world.spec.tools if t.approval}
+    for (run_id, call), line in ran.items():
+        row = snapshot.approvals.get((run_id, call))
+        state = row["state"] if row else None
+        if state in ("pending", "denied"):
+            problems.append(f"call {call} of run {run_id} ran although it is {state}")
+        elif names.get((run_id, call)) in approval_tools and state != "approved":
+            problems.append(f"approval tool {names.get((run_id, call))} call {call} of run {run_id} ran with no "
+                            f"approval (journal state {state})")
+        edited = world.edited_notes.get((run_id, call))
+        if edited and line.what == "start" and line.value != edited:
+            problems.append(f"call {call} of run {run_id} was approved with edited arguments but ran with "
+                            f"note {line.value!r}, not {edited!r}")
+    for key, row in snapshot.approvals.items():
+        if row["state"] in ("approved", "denied"):
+            decision = (row["state"], row["decided_at"], row["decided_by"], row["edited_input"], row["reason"])
+            before = world.seen_decisions.setdefault(key, decision)
+            if before != decision:
+                problems.append(f"the decision on call {key[1]} of run {key[0]} changed: {before} -> {decision}")
+        made_decision = world.decisions.get(key)
+        if made_decision and row["state"] != made_decision:
+            problems.append(f"call {key[1]} of run {key[0]}: `{made_decision}` exited 0 but the journal says "
+                            f"{row['state']}")
+
+    # Nothing that names the database, or the fault inside it, is a committed tool result.
+    for (run_id, call), block in kept.items():
+        text = str(block.get("content")).lower()
+        leaked = [word for word in LEAKS if word in text]
+        if leaked:
+            problems.append(f"call {call} of run {run_id}: a store failure became its tool result "
+                            f"({str(block.get('content'))[:160]!r})")
+
+    # Back-pressure never fails a run.
+    for run in snapshot.runs.values():
+        if run["status"] == "failed" and BACK_PRESSURE.search(run["error"] or ""):
+            problems.append(f"run {run['id']} was set failed by back-pressure: {(run['error'] or '')[:160]!r}")
+    problems += world.model.problems
+    world.model.problems.clear()
+    return problems
+
+
+def _steps_kept(world: World, snapshot: Snapshot) -> list[str]:
+    """No committed step lost or changed; steps 1..N with no gap; totals add up."""
+    problems = []
+    for key, before in world.seen_steps.items():
+        now = snapshot.steps.get(key)
+        if now is None:
+            problems.append(f"committed step {key[1]} of run {key[0]} is gone")
+            continue
+        if now["assistant"] != before["assistant"]:
+            problems.append(f"committed step {key[1]} of run {key[0]} was rewritten")
+        if before["tool_results"] is not None and now["tool_results"] != before["tool_results"]:
+            problems.append(f"the committed tool results of step {key[1]} of run {key[0]} changed")
+    for key, step in snapshot.steps.items():
+        if key not in world.seen_steps or world.seen_steps[key]["tool_results"] is None:
+            world.seen_steps[key] = {"assistant": step["assistant"], "tool_results": step["tool_results"]}
+    for run in snapshot.runs.values():
+        numbers = sorted(n for (run_id, n) in snapshot.steps if run_id == run["id"])
+        if numbers != list(range(1, len(numbers) + 1)) or run["step_count"] != len(numbers):
+            problems.append(f"run {run['id']}: steps {numbers} with step_count {run['step_count']}")
+    return problems
+
+
+def check_calls(world: World, final: bool) -> list[str]:
+    """Model calls <= committed steps + deaths, per process (a race's two processes together)."""
+    problems = []
+    groups: dict[str, list[Proc]] = defaultdict(list)
+    for proc in world.procs:
+        groups[proc.group or proc.tag].append(proc)
+    total_calls = total_steps = total_deaths = 0
+    for name, procs in groups.items():
+        tags = {p.tag for p in procs}
+        calls = world.model.paid(tags)
+        steps = procs[0].steps_after - procs[0].steps_before
+        deaths = sum(1 for p in procs if p.killed)
+        total_calls, total_steps, total_deaths = total_calls + calls, total_steps + steps, total_deaths + deaths
+        if calls > steps + deaths:
+            what = " + ".join(f"`{' '.join(p.argv[1:3])}`" for p in procs)
+            problems.append(f"{name} {what} made {calls} paid call(s) for {steps} committed step(s) and "
+                            f"{deaths} death(s)")
+    if final:
+        world.outcome.paid_calls, world.outcome.paid_steps = total_calls, total_steps
+    return problems
+
+
+def check_verdicts(snapshot: Snapshot) -> list[str]:
+    """Once settled, every run has a verdict: done, failed with why, waiting, or out of budget."""
+    problems = []
+    for run in snapshot.runs.values():
+        if run["status"] not in VERDICTS:
+            problems.append(f"run {run['id']} reached no verdict after settling: {run['status']}")
+        elif run["status"] == "failed" and not (run["error"] or "").strip():
+            problems.append(f"run {run['id']} failed without saying why")
+    return problems

@@ -1,0 +1,189 @@
+"""The simulation's model: a deterministic script served over loopback HTTP to the real ``anthropic`` SDK.
+
+The built-in offline model calls only read-only tools of a user's agent, so
+it cannot drive plain, idempotent or approval tools. This server can: each
+reply is decided from the request alone (which step it is, which tools the
+request offers, the run's task) and a seed, so a resumed, forked or
+re-driven run gets the same kind of answer as the first time, with fresh
+tool-use ids (a serial the server hands out, so every paid call's ids are
+unique across runs and processes).
+
+Every request is recorded with the process that sent it (the
+``x-sim-process`` header each ``dayflow`` process is given) and what it was
+answered: only a 200 is a paid call. ``burst(status, count, retry_after)``
+answers the next ``count`` requests 429 or 529 with ``retry-after``;
+``delay`` holds each answer (a call in flight, for kills mid-call);
+``on_request(tag)`` runs as a request arrives, before it is answered.
+Requests are checked against the Messages API's structural rules
+(``tests/api_rules.py``); a request the API would reject is recorded as a
+problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from ..api_rules import problems as request_problems
+from ..loopback_api import FAKE_KEY, error_reply
+
+PROCESS_HEADER = "x-sim-process"
+MODEL = "claude-loopback-1"  # any name but "offline": the real SDK is used
+
+
+@dataclass
+class Request:
+    tag: str  # the process that sent it
+    status: int  # what it was answered (200: a paid reply)
+    step: int  # which step of its run it asked for (assistant turns sent + 1)
+
+
+class ScriptedModel:
+    """A loopback Messages API whose answers are a seeded script; a context manager."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.delay = 0.0
+        self.on_request: Callable[[str], None] | None = None
+        self.requests: list[Request] = []
+        self.problems: list[str] = []
+        self.agent_tools: set[str] | None = None  # the tools every request must offer: the simulated agent's
+        self._serial = 0
+        self._burst: list[tuple[int, float]] = []
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.server.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # -- the test's side ---------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def env(self, tag: str) -> dict[str, str]:
+        return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": FAKE_KEY,
+                "ANTHROPIC_CUSTOM_HEADERS": f"{PROCESS_HEADER}: {tag}"}
+
+    def burst(self, status: int, count: int, retry_after: float) -> None:
+        """Answer the next ``count`` requests with ``status`` (429 or 529) and ``retry-after``."""
+        with self._lock:
+            self._burst = [(status, retry_after)] * count
+
+    def end_burst(self) -> int:
+        with self._lock:
+            left, self._burst = len(self._burst), []
+        return left
+
+    def paid(self, tags: set[str] | None = None) -> int:
+        with self._lock:
+            return sum(1 for r in self.requests if r.status == 200 and (tags is None or r.tag in tags))
+
+    def refused(self, tags: set[str]) -> int:
+        with self._lock:
+            return sum(1 for r in self.requests if r.status != 200 and r.tag in tags)
+
+    def __enter__(self) -> "ScriptedModel":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- the script --------------------------------------------------------
+
+    def reply(self, body: dict) -> dict:
+        """The assistant message for ``body``: a few tool calls per step, then a final answer."""
+        messages = body.get("messages") or []
+        step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        task = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+        task = task if isinstance(task, str) else json.dumps(task, sort_keys=True)
+        rng = random.Random(hashlib.sha256(f"{self.seed}|{task[:200]}|{step}".encode()).hexdigest())
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name")]
+        last_step = random.Random(f"{self.seed}|{task[:200]}").randint(2, 4)
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        if step >= last_step or not tools:
+            content = [{"type": "text", "text": f"Done after {step - 1} step(s) of tools (reply {serial})."}]
+            stop = "end_turn"
+        else:
+            content = [{"type": "text", "text": f"Step {step}: calling tools."}]
+            for i, spec in enumerate(rng.sample(tools, min(len(tools), rng.randint(1, 3)))):
+                call = f"toolu_sim{serial:05d}{i}"
+                args = {"call": call, "note": f"n{serial}x{i}"}
+                if "key" in (spec.get("input_schema") or {}).get("properties", {}):
+                    args["key"] = f"k{rng.randint(0, 3)}"
+                content.append({"type": "tool_use", "id": call, "name": spec["name"], "input": args})
+            stop = "tool_use"
+        return {"id": f"msg_sim_{serial:06d}", "type": "message", "role": "assistant",
+                "model": body.get("model", MODEL), "content": content, "stop_reason": stop, "stop_sequence": None,
+                "usage": {"input_tokens": 50 + 10 * len(messages), "output_tokens": 20,
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+    # -- HTTP ----------------------------------------------------------------
+
+    def _answer(self, tag: str, body: dict) -> tuple[int, dict, dict]:
+        messages = body.get("messages") or []
+        step = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant") + 1
+        found = request_problems(messages)
+        offered = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+        with self._lock:
+            if found:
+                self.problems.append(f"{tag} sent a request the API would reject: {found[:3]}")
+            if self.agent_tools is not None and offered != self.agent_tools:
+                self.problems.append(f"{tag} asked for step {step} with tools {sorted(offered)}, not the run's "
+                                     f"agent's {sorted(self.agent_tools)}")
+            planned = self._burst.pop(0) if self._burst else None
+        if self.on_request is not None:
+            self.on_request(tag)
+        if planned is not None:
+            status, retry_after = planned
+            reply = error_reply(status, "simulated back-pressure", {"retry-after": f"{retry_after:g}"})
+        else:
+            if self.delay:
+                self.server.stopping.wait(self.delay)
+            reply = (200, {}, self.reply(body))
+        with self._lock:
+            self.requests.append(Request(tag, reply[0], step))
+        return reply
+
+    def _handler(self):
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed mid-request: the simulation does that
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length))
+                if self.path.split("?")[0].endswith("/count_tokens"):
+                    status, headers, reply = 200, {}, {"input_tokens": 100}
+                else:
+                    status, headers, reply = model._answer(self.headers.get(PROCESS_HEADER, "?"), body)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler

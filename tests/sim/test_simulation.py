@@ -1,0 +1,128 @@
+"""The simulation: random agents driven by real ``dayflow`` processes through features and faults at once.
+
+Each example draws an agent (read-only, idempotent, plain and approval
+tools) and a sequence of actions (new runs, resumes, workers, approvals,
+denials, edited approvals, second decisions, forks, agent edits, races),
+each with a kill -9 aimed somewhere and a fault laid over it (429 and 529
+bursts, a held lock, a store error inside a tool, a dropped PostgreSQL
+connection), and checks the promises after every action (``checks.py``).
+docs/reliability.md ("The simulation") lists every fault and property.
+
+Budget: by default each backend runs examples for ``DAYFLOW_SIM_BUDGET_S``
+seconds (25); ``DAYFLOW_SIM_EXAMPLES=N`` runs exactly N per backend instead.
+``DAYFLOW_SIM_SEED`` fixes the base seed (printed on every run),
+``DAYFLOW_SIM_ONLY=I`` replays example I of it, ``DAYFLOW_SIM_PLAN='{...}'``
+replays a printed (shrunk) plan exactly; ``DAYFLOW_SIM_SHRINK_S`` bounds the
+shrinking of the first failure (60 s; 0: none); ``DAYFLOW_SIM_REPORT=FILE``
+writes every example's figures as JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from ..conftest import PG_SKIP_REASON, PG_URL, pg_schema
+from .plan import Plan, draw_plan
+from .simulate import Database, fresh_dir, run_example, shrink
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def _int_env(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else None
+
+
+class Backend:
+    """A fresh database per example: a SQLite file, or a PostgreSQL schema behind the fault proxy."""
+
+    def __init__(self, name: str, proxy=None):
+        self.name = name
+        self.proxy = proxy
+
+    def attempt(self, plan: Plan, workdir):
+        with fresh_dir(workdir):
+            if self.name == "sqlite":
+                db = str(workdir / "sim.db")
+                return run_example(plan, workdir, Database(db, db))
+            with pg_schema() as url:
+                return run_example(plan, workdir, Database(url, self.proxy.url(url), self.proxy))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sim_backend(request):
+    if request.param == "sqlite":
+        yield Backend("sqlite")
+        return
+    if not PG_URL:
+        pytest.skip(PG_SKIP_REASON)
+    from ..fault_proxy import FaultProxy
+
+    server = urlsplit(PG_URL)
+    with FaultProxy((server.hostname or "127.0.0.1", server.port or 5432)) as proxy:
+        yield Backend("postgres", proxy)
+
+
+def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
+    base_seed = os.environ.get("DAYFLOW_SIM_SEED") or str(random.randrange(10**6))
+    examples = _int_env("DAYFLOW_SIM_EXAMPLES")
+    budget_s = float(os.environ.get("DAYFLOW_SIM_BUDGET_S") or 25)
+    only = _int_env("DAYFLOW_SIM_ONLY")
+    shrink_s = float(os.environ.get("DAYFLOW_SIM_SHRINK_S") or 60)
+    report = os.environ.get("DAYFLOW_SIM_REPORT")
+    print(f"\nsimulation on {sim_backend.name}: DAYFLOW_SIM_SEED={base_seed}")
+
+    given = os.environ.get("DAYFLOW_SIM_PLAN")
+    plans = iter([Plan.from_json(given)]) if given else None
+    started = time.monotonic()
+    failures: list[str] = []
+    index = only or 0
+    ran = 0
+    while True:
+        if plans is not None:
+            plan = next(plans, None)
+            if plan is None:
+                break
+            if plan.backend != sim_backend.name:
+                pytest.skip(f"the replayed plan is for {plan.backend}")
+        else:
+            if only is not None and ran:
+                break
+            if examples is not None and ran >= examples:
+                break
+            if examples is None and only is None and ran and time.monotonic() - started > budget_s:
+                break
+            seed = f"{base_seed}:{sim_backend.name}:{index}"
+            plan = draw_plan(seed, sim_backend.name, random.Random(seed).randint(3, 8))
+        outcome = sim_backend.attempt(plan, tmp_path / f"ex{index}")
+        ran += 1
+        if report:
+            with open(report, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"backend": sim_backend.name, "seed": plan.seed, "index": index,
+                                     "actions": len(plan.actions), "seconds": round(outcome.seconds, 2),
+                                     "processes": outcome.processes, "kills": outcome.kills,
+                                     "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
+                                     "skipped": outcome.skipped, "verbs": outcome.verbs,
+                                     "faults": outcome.faults, "kills_at": outcome.kills_at,
+                                     "problems": outcome.problems}) + "\n")
+        if outcome.problems:
+            text = (f"example {index} (DAYFLOW_SIM_SEED={base_seed} DAYFLOW_SIM_ONLY={index}), seed {plan.seed}:\n"
+                    f"{plan.describe()}\n  problems:\n" + "\n".join(f"    - {p}" for p in outcome.problems))
+            if not failures and shrink_s > 0 and plans is None:
+                small, small_outcome, tries = shrink(plan, outcome, lambda p: sim_backend.attempt(p, tmp_path / "shrink"),
+                                                     budget_s=shrink_s)
+                text += (f"\n  shrunk in {tries} tries to:\n{small.describe()}\n  problems:\n"
+                         + "\n".join(f"    - {p}" for p in small_outcome.problems)
+                         + f"\n  replay exactly: DAYFLOW_SIM_PLAN='{small.to_json()}'")
+            print(text)
+            failures.append(text)
+        index += 1
+    print(f"simulation on {sim_backend.name}: {ran} example(s) in {time.monotonic() - started:.1f} s, "
+          f"{len(failures)} failing")
+    assert not failures, "\n\n".join(failures)
