@@ -53,7 +53,6 @@ def perform(world: World, action: Action) -> list[str]:
         else:
             args = dict(json.loads(row["input"]))
             args["note"] = f"e{len(world.procs)}"
-            world.edited_notes[(run_id, call)] = args["note"]
             proc = world.run_one("approve", run_id, call, "--edit", "-", kill=kill, fault=fault,
                                  stdin=json.dumps(args))
         _note_decisions(world, proc, [row], "approved")

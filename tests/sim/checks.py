@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
 
-from .world import VERDICTS, Proc, Snapshot, World, read_ledger
+from .world import VERDICTS, LedgerLine, Proc, Snapshot, World, read_ledger
 
 BACK_PRESSURE = re.compile(r"\b(429|529)\b|rate.?limit|overload", re.I)
 LEAKS = ("sim_injected_store_fault", "storeerror", "psycopg", "sqlite", "postgresql://", "dayflow.db")
@@ -80,6 +81,17 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
             problems.append(f"plain call {line.call} of run {line.run} was killed in its body, yet its result is "
                             f"{str(answer.get('content'))[:120]!r}, not an outcome_unknown error")
 
+    # A fork never runs again a plain call its parent had already started when the fork was made.
+    first_run: dict[str, LedgerLine] = {}
+    for line in ledger:
+        if line.what != "start":
+            continue
+        earlier = first_run.setdefault(line.call, line)
+        if earlier.run != line.run and _descends(snapshot, line.run, earlier.run) \
+                and earlier.at < _unix(snapshot.runs[line.run]["created_at"]):
+            problems.append(f"fork {line.run} ran plain call {line.call} again, which its ancestor "
+                            f"{earlier.run} had started before the fork was made")
+
     # Idempotent effects: once per key.
     made = Counter(line.value for line in ledger if line.what == "idem-end" and line.created == 1)
     for key, count in made.items():
@@ -114,7 +126,7 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
         elif names.get((run_id, call)) in approval_tools and state != "approved":
             problems.append(f"approval tool {names.get((run_id, call))} call {call} of run {run_id} ran with no "
                             f"approval (journal state {state})")
-        edited = world.edited_notes.get((run_id, call))
+        edited = json.loads(row["edited_input"]).get("note") if row and row.get("edited_input") else None
         if edited and line.what == "start" and line.value != edited:
             problems.append(f"call {call} of run {run_id} was approved with edited arguments but ran with "
                             f"note {line.value!r}, not {edited!r}")
@@ -144,6 +156,24 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
     problems += world.model.problems
     world.model.problems.clear()
     return problems
+
+
+def _descends(snapshot: Snapshot, run_id: str, ancestor: str) -> bool:
+    seen = set()
+    while run_id in snapshot.runs and run_id not in seen:
+        seen.add(run_id)
+        run_id = snapshot.runs[run_id].get("parent_id")
+        if run_id == ancestor:
+            return True
+    return False
+
+
+def _unix(stamp) -> float:
+    """A stored timestamp (ISO text on SQLite, text or a datetime on PostgreSQL) as unix seconds."""
+    if isinstance(stamp, datetime):
+        return stamp.timestamp() if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc).timestamp()
+    parsed = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return parsed.timestamp() if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc).timestamp()
 
 
 def _steps_kept(world: World, snapshot: Snapshot) -> list[str]:

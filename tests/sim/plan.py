@@ -88,6 +88,9 @@ class Plan:
         lines = [f"agent: {tools}"] + [f"  {i + 1}. {a}" for i, a in enumerate(self.actions)]
         return "\n".join(lines)
 
+    def replaced(self, index: int, action: Action) -> "Plan":
+        return Plan(self.seed, self.backend, self.agent, self.actions[:index] + (action,) + self.actions[index + 1:])
+
     def without(self, index: int) -> "Plan":
         return Plan(self.seed, self.backend, self.agent, self.actions[:index] + self.actions[index + 1:])
 

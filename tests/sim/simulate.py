@@ -14,7 +14,7 @@ import hashlib
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -88,6 +88,17 @@ def shrink(plan: Plan, first: Outcome, attempt: Callable[[Plan], Outcome], *, bu
         if {signature(p) for p in outcome.problems} & wanted:
             best, best_outcome = candidate, outcome
         index -= 1
+    # Then the kills and faults of what is left, each dropped if the failure stays without it.
+    for index in range(len(best.actions)):
+        for lighter in ({"kill": None}, {"fault": None}):
+            action = best.actions[index]
+            if time.monotonic() >= deadline or all(getattr(action, k) is None for k in lighter):
+                continue
+            candidate = best.replaced(index, replace(action, **lighter))
+            outcome = attempt(candidate)
+            tries += 1
+            if {signature(p) for p in outcome.problems} & wanted:
+                best, best_outcome = candidate, outcome
     return best, best_outcome, tries
 
 

@@ -151,7 +151,6 @@ class World:
         self.outcome = Outcome()
         self.model: ScriptedModel | None = None
         self.decisions: dict[tuple[str, str], str] = {}  # (run, call) -> the decision a process committed
-        self.edited_notes: dict[tuple[str, str], str] = {}
         self.seen_steps: dict[tuple[str, int], dict] = {}
         self.seen_decisions: dict[tuple[str, str], tuple] = {}
         self.tasks_made = 0
