@@ -5,55 +5,24 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import sys
 from datetime import timedelta
 from typing import Sequence
 
+from .config import values
 from .errors import DayflowError, UsageError
 from .safe_text import one_line, printable, printable_json
 from .store.status import RunStatus
 
 
-def _positive_int(text: str, most: int = 2**31 - 1) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
-    if value > most:
-        raise argparse.ArgumentTypeError(f"expected a number up to {most:,}, got {text[:40]}")
-    return value
-
-
-def _thread_count(text: str) -> int:
-    return _positive_int(text, most=256)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-    if not math.isfinite(value) or value < 0 or value > 86_400:
-        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 86400, got {text[:40]}")
-    return value
-
-
-def _dollars(text: str):
-    from decimal import Decimal, InvalidOperation
-
-    try:
-        value = Decimal(text.strip().lstrip("$"))
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"expected dollars, like 0.50, got {text!r}") from None
-    if not value.is_finite() or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected an amount of dollars above 0, got {text!r}")
-    if value > 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text!r} is too large")
-    return value
+# Flag values are read by the parsers the settings file uses too (``config.values``): one parser per kind.
+_positive_int = values.argument(values.positive)
+_thread_count = values.argument(values.thread_count)
+_seconds = values.argument(values.seconds, most=values.DAY_S)
+_dollars = values.argument(values.dollars, above_zero=True)
+_age = values.argument(values.age)
+_step_number = values.argument(values.whole, most=1_000_000)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,10 +55,8 @@ class _VersionAction(argparse.Action):
 
 
 def _compact_threshold(text: str) -> int:
-    """A token count, or ``off`` (0): the value of ``--compact-at``."""
-    if text.strip().lower() == "off":
-        return 0
-    return _positive_int(text)
+    """A token count, or ``off`` (0, which turns off a threshold from the settings): ``--compact-at``."""
+    return values.argument(values.tokens_or_off)(text) or 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,10 +175,17 @@ _OPENED: list = []  # stores this command opened, closed before the process exit
 
 def _open(args: argparse.Namespace, *, create: bool = True, upgrade: bool = True):
     from .store import open_store
+    from .terminal_progress import ProgressBar
 
-    store = open_store(args.db, create=create, upgrade=upgrade)
+    # Opening may migrate, and the migration that adds the search index reads every step: a bar on a terminal.
+    with ProgressBar.for_stderr("indexing runs for search") as bar:
+        store = open_store(args.db, create=create, upgrade=upgrade, on_progress=bar, on_note=_print_note)
     _OPENED.append(store)
     return store
+
+
+def _print_note(text: str) -> None:
+    print(f"dayflow: note: {printable(text)}", file=sys.stderr)
 
 
 def _open_for_reading(args: argparse.Namespace):
@@ -224,7 +198,7 @@ def _open_for_reading(args: argparse.Namespace):
 
 def _print_step(event) -> None:
     if event.phase == "response":
-        from .pricing import format_usd
+        from .money.cost import format_usd
 
         print(f"[step {event.n}] stop={event.stop_reason}  tokens={event.input_tokens}/{event.output_tokens}  "
               f"cost={format_usd(event.cost, unknown='unknown')}  run={format_usd(event.run_cost, unknown='unknown')}")
@@ -258,8 +232,9 @@ def _finish(result) -> int:
     if result.status == RunStatus.WAITING.value:
         _say_what_waits(result.run_id)
         return 0  # nothing failed: the run waits for a person, its paid reply committed
-    print(f"dayflow: run {result.run_id} stopped ({result.status}): {printable(result.error or '')}"
-          f"; continue with: dayflow resume {result.run_id}", file=sys.stderr)
+    advice = f"; continue with: dayflow resume {result.run_id}" if result.resume_helps else ""
+    print(f"dayflow: run {result.run_id} stopped ({result.status}): {printable(result.error or '')}{advice}",
+          file=sys.stderr)
     return 3
 
 
@@ -275,9 +250,11 @@ def cmd_brief(args: argparse.Namespace) -> int:
         print(f"[queued {run_id}] a `dayflow worker` on this database will drive it", file=sys.stderr)
         return 0
     options = _driving_options(args)
-    result = run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
-                       max_steps=args.max_steps or DEFAULT_MAX_STEPS,
-                       on_start=lambda rid: print(f"[run {rid}]", file=sys.stderr, flush=True), **options)
+    result = _waiting_out_rate_limits(
+        lambda: run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
+                          max_steps=args.max_steps or DEFAULT_MAX_STEPS,
+                          on_start=lambda rid: print(f"[run {rid}]", file=sys.stderr, flush=True), **options),
+        store, options)
     return _finish(result)
 
 
@@ -299,15 +276,17 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     options = _driving_options(args)
-    result = run_brief(store, user_msg=args.task, model=args.model, max_steps=args.max_steps, agent=agent,
-                       agent_ref=ref, on_start=lambda rid: print(f"[run {rid}] agent {printable(agent.name)}",
-                                                                 file=sys.stderr, flush=True), **options)
+    result = _waiting_out_rate_limits(
+        lambda: run_brief(store, user_msg=args.task, model=args.model, max_steps=args.max_steps, agent=agent,
+                          agent_ref=ref, on_start=lambda rid: print(f"[run {rid}] agent {printable(agent.name)}",
+                                                                    file=sys.stderr, flush=True), **options),
+        store, options)
     return _finish(result)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent.loop import resume
-    from .pricing import format_usd
+    from .money.cost import format_usd
 
     # A dry run only reads: it never upgrades an older file (nor does anything else to it).
     store = _open(args, create=False, upgrade=not args.dry_run)
@@ -326,7 +305,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return _finish(result)
 
     def announce(rid: str) -> None:
-        from .costs import run_cost
+        from .money.cost import run_cost
 
         current = store.get_run(rid)
         paid = run_cost(store, rid).total
@@ -335,8 +314,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
               f"({format_usd(paid)}, not paid again)", file=sys.stderr, flush=True)
 
     options = _driving_options(args)
-    result = resume(run.id, store=store, max_steps=args.max_steps, on_start=announce,
-                    allow_changed_agent=args.allow_changed_agent, **options)
+    result = _waiting_out_rate_limits(
+        lambda: resume(run.id, store=store, max_steps=args.max_steps, on_start=announce,
+                       allow_changed_agent=args.allow_changed_agent, **options),
+        store, dict(options, on_start=announce))
     if result.status == "done":
         print(f"[resumed {result.run_id} · finished at step {result.steps} · "
               f"{result.input_tokens} in / {result.output_tokens} out total · {_saved(result)}]", file=sys.stderr)
@@ -345,9 +326,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _finish(result)
 
 
+def _waiting_out_rate_limits(start, store, options: dict):
+    """``start()``, and while the model API pushes back (429, 529) wait as it asks and resume the run,
+    saying so on stderr, for at most the ``rate_limit_wait_s`` setting in all (past it: one line, exit 75,
+    the run left queued for a worker or a later resume)."""
+    from . import settings
+    from .agent.backpressure import wait_out
+    from .agent.loop import resume
+
+    again = {k: v for k, v in options.items() if k in ("on_step", "on_start", "crash_after_step")}
+    return wait_out(start, lambda run_id: resume(run_id, store=store, **again),
+                    bound_s=settings.current().rate_limit_wait_s,
+                    say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
 def _saved(result) -> str:
     """What a resume paid, and what it did not pay again: the committed steps' cost."""
-    from .pricing import format_usd
+    from .money.cost import format_usd
 
     text = f"this resume paid {format_usd(result.paid)} for {result.calls} call(s)"
     if result.replayed_steps:
@@ -358,9 +353,8 @@ def _saved(result) -> str:
 
 def _dry_run(store, run, args: argparse.Namespace) -> int:
     """``resume --dry-run``: the next call's size, cache state and price; no call, nothing written."""
-    from .agent.resume_price import resume_estimate
-    from .costs import budget_text
-    from .pricing import format_usd
+    from .agent.resume_request import resume_estimate
+    from .money.cost import budget_text, format_usd
     from .store import effective_status
 
     status = effective_status(run)
@@ -399,8 +393,7 @@ def _dry_run(store, run, args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .costs import budget_text, cache_text, run_cost_json, run_costs
-    from .pricing import format_usd
+    from .money.cost import budget_text, cache_text, format_usd, run_cost_json, run_costs
     from .store import effective_status
 
     store = _open_for_reading(args)
@@ -464,8 +457,7 @@ def _as_tree(runs: list) -> list[tuple]:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from .costs import run_costs
-    from .pricing import format_usd, usd_number
+    from .money.cost import format_usd, run_costs, usd_number
 
     store = _open_for_reading(args)
     tasks = store.list_tasks(include_done=args.all)
@@ -486,7 +478,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .costs import run_cost
+    from .money.cost import run_cost
     from .render import print_transcript
     from .store.resumes import run_resumes
 
@@ -533,8 +525,8 @@ def _show_json(store, run, *, lines: bool) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from .costs import parse_since, since_label, spend
-    from .pricing import format_usd, usd_number
+    from .config.values import parse_since
+    from .money.cost import format_usd, since_label, spend, usd_number
 
     since = parse_since(args.since) if args.since else None
     store = _open_for_reading(args)
@@ -565,7 +557,8 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
-    from . import pricing, settings
+    from . import settings
+    from .money import rates as pricing
 
     source = pricing.price_source()
     overrides = [pricing.override_prices(name, name, rates) for name, rates in sorted(settings.current().prices.items())]
@@ -574,7 +567,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     except ImportError as exc:
         library = []
         print(f"dayflow: {exc}", file=sys.stderr)
-    today = pricing._day(None)
+    today = pricing.day_of(None)
     builtin = [] if any(p.model == pricing.OFFLINE_MODEL for p in overrides) else \
         [("built in", pricing.offline_prices())]
     rows = [("settings file", p) for p in overrides] + builtin + [(pricing.LIBRARY, p) for _i, _n, p in library]
@@ -621,8 +614,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.reindex:
         if args.query:
             raise UsageError("--reindex takes no query: dayflow search --reindex [--db PATH|URL]")
+        from .terminal_progress import ProgressBar
+
         store = _open(args, create=False)
-        written = store.rebuild_search_index()
+        with ProgressBar.for_stderr("rebuilding the search index") as bar:
+            written = store.rebuild_search_index(on_progress=bar)
         print(f"search index rebuilt: {written:,} places indexed in {store.label}", file=sys.stderr)
         return 0
     # Everything the user typed is checked before the database is opened.
@@ -738,17 +734,6 @@ def _mark_query_words(argv: list[str]) -> list[str]:
 
 
 # -- runs that travel: export, import, prune, vacuum --------------------------------------------------
-
-
-def _age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: the value of ``--older-than``."""
-    import re
-
-    match = re.fullmatch(r"\s*(\d{1,6})\s*([smhdw])\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected an age such as 30d, 12h, 90m or 2w, got {text!r}")
-    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[match.group(2)]
-    return timedelta(**{unit: int(match.group(1))})
 
 
 def _age_words(age: timedelta) -> str:
@@ -927,7 +912,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     store = _open(args, create=False)
     report = vacuum(store)
     before, after = report.before.total, report.after.total
-    if store.is_postgres:
+    if not report.shrinks_files:
         print(f"VACUUM (ANALYZE) done in {report.seconds:.1f} s: Dayflow's tables hold {after:,} bytes; their free "
               "space is reused by new rows (VACUUM FULL would shrink the files but locks the tables: not run)")
         return 0
@@ -947,12 +932,21 @@ COMMANDS.update({"export": cmd_export, "import": cmd_import, "prune": cmd_prune,
 # -- approvals: approve, deny, pending -------------------------------------------------------------------
 
 
+def _hash_prefix(text: str) -> str:
+    from .store.approvals import hash_prefix
+
+    try:
+        return hash_prefix(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--hash ")) from None
+
+
 def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
     deciding = _Parser(add_help=False)
     deciding.add_argument("run_id", metavar="RUN_ID")
     deciding.add_argument("tool_use_id", nargs="?", metavar="TOOL_USE_ID",
                           help="which waiting call (needed only when several wait)")
-    deciding.add_argument("--hash", metavar="PREFIX", dest="expect_hash",
+    deciding.add_argument("--hash", metavar="PREFIX", dest="expect_hash", type=_hash_prefix,
                           help="refuse unless the call's arguments hash to this (as `dayflow pending` shows)")
     deciding.add_argument("--as", metavar="NAME", dest="decider",
                           help="who decides (default: the user setting, else your login name)")
@@ -961,6 +955,9 @@ def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
     deciding.add_argument("--queue", action="store_true",
                           help="only record the decision; a `dayflow worker` continues the run")
     deciding.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
+    deciding.add_argument("--allow-changed-agent", action="store_true",
+                          help="decide and go on although the run's agent code changed (otherwise refused, "
+                               "nothing decided)")
     approve = sub.add_parser("approve", parents=[common, deciding],
                              help="let a waiting tool call run, then continue its run")
     approve.add_argument("--edit", metavar="FILE|-",
@@ -1008,8 +1005,15 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     from .agent.approvals import decider, validated_edit
     from .store.approvals import DecisionRefused
 
+    from .agent.registry import agent_for_run
+
     store = _open(args, create=False)
     run = store.get_run(args.run_id)
+    # A decision lets a call run: it is taken for the agent the run recorded, or not at all (nothing written).
+    _agent, change = agent_for_run(run, allow_changed=args.allow_changed_agent)
+    if change is not None and args.queue:
+        raise UsageError("--allow-changed-agent goes on here, with the new definition: a worker would refuse it; "
+                         "leave out --queue")
     user, host = decider()
     if args.decider is not None:
         user = args.decider.strip()
@@ -1053,7 +1057,8 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     from .errors import RunBusy
 
     try:
-        result = resume(run.id, store=store, on_step=_print_step if args.verbose else None)
+        result = resume(run.id, store=store, on_step=_print_step if args.verbose else None,
+                        allow_changed_agent=args.allow_changed_agent)
     except RunBusy as exc:  # a worker took the run first: it continues it
         print(f"[{word} {run.id}] {printable(exc)}", file=sys.stderr)
         return 0
@@ -1082,16 +1087,6 @@ COMMANDS.update({"approve": cmd_approve, "deny": cmd_deny, "pending": cmd_pendin
 
 
 # -- time travel: fork, diff ------------------------------------------------------------------------------
-
-
-def _step_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a step number, got {text!r}") from None
-    if value < 0 or value > 1_000_000:
-        raise argparse.ArgumentTypeError(f"expected a step number 0..1000000, got {text!r}")
-    return value
 
 
 def _add_fork_commands(sub, common: argparse.ArgumentParser, driving: argparse.ArgumentParser) -> None:

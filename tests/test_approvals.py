@@ -364,17 +364,19 @@ async def test_the_dashboard_edits_a_calls_arguments_then_approves_it(store):
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_run(pilot, waited.run_id)
         await wait_for(pilot, lambda: "waiting for a decision" in screen_text(app))
-        # A bad edit is refused with one line and decides nothing.
+        # A bad edit (not JSON, or not fitting the schema) keeps the dialog open with the edit and one line
+        # under it saying why, and decides nothing.
         await pilot.press("E")
         await wait_for(pilot, lambda: isinstance(app.screen, EditDialog))
-        app.screen.query_one(TextArea).text = json.dumps({"title": "no key"})
-        await pilot.click("#edit-confirm")
-        await wait_for(pilot, lambda: any("do not fit" in str(n.message) for n in app._notifications))
+        dialog = app.screen
+        for bad, why in (('{"title": "half', "not JSON"), (json.dumps({"title": "no key"}), "do not fit")):
+            dialog.query_one(TextArea).text = bad
+            dialog.query_one("#edit-confirm").press()
+            await wait_for(pilot, lambda: why in str(dialog.query_one("#edit-problem").render()))
+            assert app.screen is dialog and dialog.query_one(TextArea).text == bad
         assert all(r.state == "pending" for r in store.approvals(waited.run_id) if r.state != "auto")
-        # A good one is approved with the person's arguments; the rest are approved with `a`.
-        await pilot.press("E")
-        await wait_for(pilot, lambda: isinstance(app.screen, EditDialog))
-        app.screen.query_one(TextArea).text = json.dumps({**args, "title": "Edited in the dashboard"})
+        # Mended in the same dialog, it is approved with the person's arguments; the rest with `a`.
+        dialog.query_one(TextArea).text = json.dumps({**args, "title": "Edited in the dashboard"})
         await pilot.click("#edit-confirm")
         await wait_for(pilot, lambda: store.approvals(waited.run_id) and
                        next(r for r in store.approvals(waited.run_id) if r.tool_use_id == first.tool_use_id)

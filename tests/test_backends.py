@@ -24,7 +24,7 @@ pg_only = pytest.mark.postgres
 def test_paths_and_sqlite_urls_open_sqlite_files(tmp_path, monkeypatch):
     absolute = tmp_path / "abs.db"
     opened = open_store(f"sqlite:///{absolute}")  # sqlite:// + /abs/path
-    assert not opened.is_postgres and opened.label == str(absolute) and absolute.exists()
+    assert opened.dialect.name == "sqlite" and opened.label == str(absolute) and absolute.exists()
     opened.close()
     monkeypatch.chdir(tmp_path)
     open_store("sqlite:///relative.db").close()
@@ -50,7 +50,7 @@ def test_unsupported_url_and_unreachable_server_are_one_line_without_the_passwor
 @pg_only
 def test_postgres_schema_is_created_once_with_its_version(pg_url):
     opened = open_store(pg_url)
-    assert opened.is_postgres
+    assert opened.dialect.name == "postgres"
     tables = set(opened.db.get_tables())
     assert {"runs", "steps", "tasks", "dayflow_meta", "dayflow_changes"} <= tables
     assert StoreMeta.get(StoreMeta.key == "schema_version").value == SCHEMA_VERSION
@@ -260,6 +260,8 @@ def test_a_nul_in_a_tool_argument_is_an_error_result_on_both_backends(store):
     run = store.create_run("t", model="offline", run_id="nul000000000")
     call = {"type": "tool_use", "id": "t1", "name": "create_task",
             "input": {"title": "pay\x00rent", "idempotency_key": "mail-nul"}}
-    [result] = run_tools(ToolContext(store, run.id, clock.today()), [call])
+    from dayflow_tui.agent.brief import AGENT
+
+    [result] = run_tools(ToolContext(store, run.id, clock.today(), AGENT), [call])
     assert result["is_error"] and "NUL" in result["content"]
     assert store.list_tasks(run_id=run.id) == []

@@ -66,16 +66,19 @@ def test_rebuilt_messages_equal_what_each_call_sent(store):
 
 
 def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
-    real_run_tools = loop.run_tools
+    from dayflow_tui.agent import journal
+
+    real_run_tool = journal.run_tool
     calls_seen = []
 
-    def dying_run_tools(ctx, blocks):  # the loop runs a step's calls one at a time, each result journaled
-        calls_seen.extend(b for b in blocks if b.get("name") == "create_task")
+    def dying_run_tool(ctx, name, args):  # every path runs a step's calls one at a time, each result journaled
+        if name == "create_task":
+            calls_seen.append(args)
         if len(calls_seen) == 4:  # step 2: three create_task calls ran (and were kept) before the crash
             raise SystemExit("killed while tools ran")
-        return real_run_tools(ctx, blocks)
+        return real_run_tool(ctx, name, args)
 
-    monkeypatch.setattr(loop, "run_tools", dying_run_tools)
+    monkeypatch.setattr(journal, "run_tool", dying_run_tool)
     first = CountingClient()
     with pytest.raises(SystemExit):
         run_brief(store, client=first, run_id="aaaaaaaaaaaa")
@@ -85,7 +88,7 @@ def test_crash_while_tools_run_resumes_without_a_new_call(store, monkeypatch):
     # rebuild_messages never emits a tool_use without its results.
     assert len(rebuild_messages(store, "aaaaaaaaaaaa")) == 3
 
-    monkeypatch.setattr(loop, "run_tools", real_run_tools)
+    monkeypatch.setattr(journal, "run_tool", real_run_tool)
     second = CountingClient()
     result = resume("aaaaaaaaaaaa", store=store, client=second)
     assert second.calls == 1  # step 3 only: step 2's tools ran from the stored response
@@ -223,7 +226,9 @@ def test_bad_tool_input_becomes_an_error_result_and_the_run_goes_on(store):
     import json
 
     run = store.create_run("t", model="offline", run_id="eeeeeeeeeeee")
-    ctx = ToolContext(store, run.id, clock.today())
+    from dayflow_tui.agent.brief import AGENT
+
+    ctx = ToolContext(store, run.id, clock.today(), AGENT)
     results = run_tools(ctx, [
         {"type": "tool_use", "id": "a", "name": "create_task", "input": {"title": 5, "idempotency_key": "k"}},
         {"type": "tool_use", "id": "b", "name": "launch_rockets", "input": {}},

@@ -23,8 +23,8 @@ from ..errors import UsageError
 from ..store import Lease, Run, Store, this_host
 from ..store.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
 from ..store.runs import approval_tools
-from ..testhook import pause_point
-from .tools import ToolContext, ToolInputError, run_tool, tool_result, validate
+from .journal import answer_call, call_id, kept_rows
+from .tools import ToolContext, ToolInputError, tool_result, validate
 
 
 class RunWaiting(Exception):
@@ -64,56 +64,49 @@ def needs_a_person(run: Run, assistant: list[dict], agent: Any = None) -> bool:
 def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
                  assistant: list[dict]) -> list[dict]:
     """The tool results of step ``n``, a call of which needs a person; raises ``RunWaiting`` after stopping
-    the run for a decision."""
+    the run for a decision.
+
+    Every call runs through the per-call journal (``journal.answer_call``), on the way to the wait and
+    after the decision alike: an approved plain tool killed in its body is answered "outcome unknown" on
+    resume, never run a second time.
+    """
     gated = approval_tools(run)
     agent = ctx.tools_of
     calls = [b for b in assistant if b.get("type") == "tool_use"]
-    kept = {row.tool_use_id: row for row in store.approvals(run.id, n)}
-    if not kept:
-        asks = []
+    kept = kept_rows(store, run.id, n)
+    asked = {tool_use_id for tool_use_id, row in kept.items() if row.state != AUTO}
+    to_ask = [b for b in calls if _waits(gated, agent, b) and call_id(b) not in asked]
+    if to_ask:
+        # First time round (or again after a crash on the way): the calls that need nobody run now, each
+        # kept as it completes; then the waiting ones are recorded and the run stops for a decision.
+        waiting = {call_id(b) for b in to_ask}
         for block in calls:
-            if _waits(gated, agent, block):
-                asks.append(CallToAsk(_id(block), str(block.get("name")), block.get("input"), waits=True))
-            else:
-                pause_point("tools")
-                payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input"))
-                asks.append(CallToAsk(_id(block), str(block.get("name")), block.get("input"), waits=False,
-                                      result=tool_result(block, payload, is_error)))
-        store.wait_for_approval(run.id, n, asks, lease)
+            if call_id(block) not in waiting and call_id(block) not in asked:
+                answer_call(store, ctx, lease, n, block, kept.get(call_id(block)))
+        store.wait_for_approval(run.id, n, [CallToAsk(call_id(b), str(b.get("name")), b.get("input"), waits=True)
+                                            for b in to_ask], lease)
         raise RunWaiting(run.id)
     if any(row.state == PENDING for row in kept.values()):
         raise RunWaiting(run.id)  # not claimable while waiting; reached only by a driver that raced a new request
     results = []
     for block in calls:
-        row = kept.get(_id(block))
-        if row is not None and row.result is not None:
-            results.append(json.loads(row.result))
-            continue
-        if row is not None and row.state == DENIED:
+        row = kept.get(call_id(block))
+        if row is not None and row.result is None and row.state == DENIED:
             reason = row.reason or "no reason given"
-            result = tool_result(block, {"ok": False, "error": {
+            denial = tool_result(block, {"ok": False, "error": {
                 "code": "denied", "message": f"a person denied this call ({row.decided_by}): {reason}"}}, True)
-        else:
-            args = block.get("input")
-            if row is not None and row.state == APPROVED and row.edited_input is not None:
-                args = json.loads(row.edited_input)
-            pause_point("tools")
-            payload, is_error = run_tool(ctx, block.get("name", ""), args)
-            result = tool_result(block, payload, is_error)
-        if row is not None and row.state in (APPROVED, DENIED, AUTO):
-            store.answer_call(run.id, row.tool_use_id, result, lease)  # kept before anything else can fail
-        results.append(result)
+            results.append(answer_call(store, ctx, lease, n, block, row, answer=denial))
+            continue
+        edited = (json.loads(row.edited_input) if row is not None and row.state == APPROVED
+                  and row.edited_input is not None else None)
+        results.append(answer_call(store, ctx, lease, n, block, row, args=edited))
     return results
 
 
-def _id(block: dict) -> str:
-    return str(block.get("id") or "")
+def parse_edit(text: str, tool: Any = None) -> dict:
+    """Arguments a person typed, as a JSON object that fits ``tool``'s schema (when the tool is known).
 
-
-def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str) -> tuple[str, Any]:
-    """Arguments a person typed for a waiting call, checked against the tool's schema before anything is written.
-
-    Returns the call's id and the parsed arguments.
+    ``UsageError`` with one line saying what is wrong; the same check for the CLI and the dashboard's dialog.
     """
     try:
         value = json.loads(text)
@@ -121,6 +114,30 @@ def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str
         raise UsageError(f"the edited arguments are not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise UsageError("the edited arguments must be a JSON object")
+    if tool is not None:
+        try:
+            validate(tool.input_schema, value)
+        except ToolInputError as exc:
+            raise UsageError(f"the edited arguments do not fit {tool.name}: {exc}") from None
+    return value
+
+
+def tool_of_run(agent_ref: str | None, name: str | None) -> Any:
+    """The run's tool called ``name``, or None when its agent cannot be loaded (the decision still checks JSON)."""
+    try:
+        from .registry import load_agent
+
+        return load_agent(agent_ref).tool_named(name)
+    except Exception:
+        return None
+
+
+def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str) -> tuple[str, Any]:
+    """Arguments a person typed for a waiting call, checked against the tool's schema before anything is written.
+
+    Returns the call's id and the parsed arguments.
+    """
+    value = parse_edit(text)
     waiting = [row for row in store.approvals(run_id) if row.state == PENDING
                and (tool_use_id is None or row.tool_use_id == tool_use_id)]
     if len(waiting) != 1:
@@ -133,18 +150,7 @@ def validated_edit(store: Store, run_id: str, tool_use_id: str | None, text: str
         name = waiting[0].tool_name
         tool_use_id = waiting[0].tool_use_id
     run = store.get_run(run_id)
-    try:
-        from .registry import load_agent
-
-        found = load_agent(run.agent_ref).tool_named(name)
-    except Exception:
-        found = None
-    if found is not None:
-        try:
-            validate(found.input_schema, value)
-        except ToolInputError as exc:
-            raise UsageError(f"the edited arguments do not fit {name}: {exc}") from None
-    return tool_use_id or "", value
+    return tool_use_id or "", parse_edit(text, tool_of_run(run.agent_ref, name))
 
 
 def decider() -> tuple[str, str]:

@@ -8,8 +8,6 @@ through the ``on_step`` callback.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,79 +15,32 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Callable
 
-from .. import clock, pricing, settings
-from . import sdk_client
-from ..errors import DayflowError, ModelCallFailed, RunBusy, UsageError
-from ..pricing import Cost, Usage
+from .. import clock, settings
+from . import backpressure, sdk_client
+from ..errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, UsageError
+from ..money import estimate, rates
+from ..money.cost import Cost, Usage, format_usd, price_call
 from ..redaction import redact_and_cut
 from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, ingest_spool, spool_reply,
                      step_blocks)
 from ..testhook import pause_point
-from . import estimate
 from .compaction import compact
 from .messages import HistoryError, add_assistant_turn, messages_from, rebuild_messages
 from ..store.retry import patience
 from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
-from .tokens import estimate_tokens
+from ..money.tokens import estimate_tokens
 from .approvals import RunWaiting, answer_calls, approval_tools_for_new_run, needs_a_person
 from . import brief
-from .define import PLAIN, Agent
-from .registry import agent_columns, agent_for_run, load_agent
-from .tools import ToolContext, cut_off_results, run_tools, tool_result
+from .define import Agent
+from .registry import AgentChanged, agent_columns, agent_for_run, load_agent
+from .journal import answer_call, call_id, kept_rows
+from .tools import ToolContext, cut_off_results
+from .events import (DEFAULT_MAX_STEPS, ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult,  # noqa: F401
+                     StepEvent)
+from ..settings import DEFAULT_API_MODEL, OFFLINE_MODEL  # noqa: F401 (the names callers import from here)
 
-DEFAULT_API_MODEL = "claude-sonnet-5-5"
-OFFLINE_MODEL = "offline"
-MAX_TOKENS = 4096
-RETRY_MAX_TOKENS = 16384  # once per run, after a reply cut off inside a tool call
-DEFAULT_MAX_STEPS = 12
 DEFAULT_TASK = brief.TASK
 SYSTEM_PROMPT = brief.SYSTEM
-
-
-@dataclass
-class StepEvent:
-    """A committed step, as the ``on_step`` callback receives it.
-
-    ``phase`` is ``"response"`` when the model's turn is committed and
-    ``"tools"`` when its tool results are committed.
-    """
-
-    run_id: str
-    n: int
-    phase: str
-    stop_reason: str | None
-    assistant: list[dict]
-    tool_results: list[dict] | None
-    input_tokens: int
-    output_tokens: int
-    run_input_tokens: int
-    run_output_tokens: int
-    # The request's estimated size as built from history, and after compaction (None: not compacted).
-    request_est_tokens: int | None = None
-    compacted_est_tokens: int | None = None
-    cost: Cost | None = None  # this call's cost (None: no price for its model)
-    run_cost: Cost | None = None  # the whole run's so far
-
-
-@dataclass
-class RunResult:
-    run_id: str
-    status: str
-    final_text: str | None
-    steps: int
-    input_tokens: int
-    output_tokens: int
-    calls: int = 0  # paid model calls made by this invocation
-    replayed_steps: int = 0
-    error: str | None = None
-    # Live OpenTelemetry export (setting otel_endpoint): why some spans were not sent, if they were not.
-    trace_problem: str | None = None
-    cost: Cost | None = None  # the whole run's calls (None: a model without a price)
-    paid: Cost | None = None  # the calls this invocation made
-    replayed_cost: Cost | None = None  # the committed steps it found: paid before, not paid again
-
-
-OnStep = Callable[[StepEvent], None]
 
 
 @dataclass
@@ -215,9 +166,16 @@ def _call_model(client: Any, request: dict) -> str:
     try:
         raw_api = getattr(client.messages, "with_raw_response", None)
         response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
-        return body_text(response)
+        text = body_text(response)
     except Exception as exc:
+        status = getattr(exc, "status_code", None)
+        if backpressure.is_back_pressure(status):
+            # 429 / 529 after the SDK's retries: the run waits and goes on, it has not failed.
+            raise RateLimited(_describe_api_error(exc), status=status,
+                              wait_s=backpressure.next_wait(backpressure.retry_after_s(exc))) from exc
         raise ModelCallFailed(_describe_api_error(exc)) from exc
+    backpressure.call_went_through()
+    return text
 
 
 def _describe_api_error(exc: BaseException) -> str:
@@ -288,11 +246,11 @@ def dollar_verdict(budget: Decimal, spent: Cost | None, call: estimate.NextCall)
                         f'(add [prices."{call.model[:80]}"] to the settings file)')
     likely = call.likely_cost
     assert likely is not None
-    shown = (f"spent {pricing.format_usd(spent.total)} of {pricing.format_usd(budget)}; the next call "
+    shown = (f"spent {format_usd(spent.total)} of {format_usd(budget)}; the next call "
              f"({call.input_tokens:,} input tokens, cache {'warm' if call.warm else 'cold'})")
     if spent.total + likely.total > budget:
         return _Verdict(stop=f"dollar budget reached: {shown} would cost about "
-                        f"{pricing.format_usd(likely.total)}")
+                        f"{format_usd(likely.total)}")
     cold_input = call.cost(warm=False, output_tokens=0)
     rate = call.output_rate()
     assert cold_input is not None and rate is not None
@@ -352,27 +310,9 @@ class _Driver:
         started with no result, it is not run again but answered "outcome
         unknown", so the model decides.
         """
-        calls = [b for b in assistant if b.get("type") == "tool_use"]
-        kept = {row.tool_use_id: row for row in self.store.approvals(self.run.id, n)}
-        results = []
-        for block in calls:
-            row = kept.get(str(block.get("id") or ""))
-            if row is not None and row.result is not None:
-                results.append(json.loads(row.result))
-                continue
-            tool = self.agent.tool_named(block.get("name"))
-            plain = tool is not None and tool.kind == PLAIN
-            if row is not None and row.started_at is not None and plain:
-                result = tool_result(block, {"ok": False, "error": {
-                    "code": "outcome_unknown", "message": "this call was started before the process stopped and "
-                    "recorded no result, so it was not run again; check its effect before calling it again"}}, True)
-            else:
-                if plain:
-                    self.store.start_call(self.run.id, n, block, self.lease)
-                [result] = run_tools(self.ctx, [block])
-            self.store.keep_call_result(self.run.id, n, block, result, self.lease)
-            results.append(result)
-        return results
+        kept = kept_rows(self.store, self.run.id, n)
+        return [answer_call(self.store, self.ctx, self.lease, n, block, kept.get(call_id(block)))
+                for block in assistant if block.get("type") == "tool_use"]
 
     def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
               replayed: int) -> RunResult:
@@ -416,6 +356,10 @@ class _Driver:
             pause_point("api")
             try:
                 raw = _call_model(self.client, request)
+            except RateLimited as exc:
+                exc.run_id = run.id
+                self._release_backing_off(exc)
+                raise
             except ModelCallFailed as exc:
                 self.store.finish_run(run.id, RunStatus.FAILED, error=str(exc), lease=self.lease)
                 raise
@@ -423,7 +367,7 @@ class _Driver:
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
-            cost = pricing.price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
+            cost = price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
                                                                      step.cache_read_input_tokens, tokens_out))
             self.spend.add(cost)
             self.spend.largest_output = max(self.spend.largest_output, tokens_out)
@@ -454,6 +398,18 @@ class _Driver:
                 raise SystemExit(f"simulated crash after step {n}")
             n += 1
 
+    def _release_backing_off(self, exc: RateLimited) -> None:
+        """Queue the run again until the API's wait has passed, this attempt not counted (never ``failed``).
+
+        If the database will not take it, the lease is released as after any attempt (``_drive_claimed``):
+        the run is then taken at once, with the attempt counted.
+        """
+        why = f"{backpressure.reason(exc.status, exc.wait_s)}: {exc}"
+        try:
+            self.store.release_backing_off(self.lease, redact_and_cut(why, 300), wait_s=exc.wait_s)
+        except Exception:
+            pass
+
     def _step_of(self, raw: str, n: int, prepared: RequestPreview,
                  duration_ms: int) -> tuple[StepRecord, tuple[str, str | None, str | None] | None]:
         """The step a paid reply becomes, and how it ends the run (None: the run goes on).
@@ -475,7 +431,7 @@ class _Driver:
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                           cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
                           raw=storable_raw(raw, dumps(reply.blocks)), **common)
-        final = self._final_state(step)
+        final = self._final_state(step, self.run.id)
         if final is not None:
             status, text, error = final
             final = (status, storable_text(text), storable_text(error))
@@ -497,18 +453,17 @@ class _Driver:
                                "host stores it without paying again") from exc
 
     @staticmethod
-    def _final_state(step: StepRecord) -> tuple[str, str | None, str | None] | None:
+    def _final_state(step: StepRecord, run_id: str) -> tuple[str, str | None, str | None] | None:
         """(status, final text, error) when this response ends the run, else None."""
-        if step.stop_reason == "refusal":
-            # A refusal ends the run before any tool runs, whatever calls the reply holds.
-            return "failed", _text_of(step.assistant) or None, "the model declined to continue (stop_reason=refusal)"
+        text = _text_of(step.assistant) or None
+        if step.stop_reason in ENDS_BEFORE_TOOLS:
+            # Ends the run before any tool runs, whatever calls the reply holds: a refusal, or a reply cut off
+            # because the conversation filled the model's context window (its calls may be half written).
+            return "failed", text, ENDS_BEFORE_TOOLS[step.stop_reason](run_id, step.n)
         if step.tool_uses or step.stop_reason == "pause_turn":
             return None  # tools to run, or a server-side turn to continue
-        text = _text_of(step.assistant) or None
         if step.stop_reason in ("end_turn", "stop_sequence"):
             return "done", text, None
-        if step.stop_reason == "refusal":
-            return "failed", text, "the model declined to continue (stop_reason=refusal)"
         if step.stop_reason == "max_tokens":
             return "failed", text, f"the response was cut off at max_tokens ({MAX_TOKENS})"
         return "failed", text, f"unexpected stop_reason {str(step.stop_reason)[:60]!r}"
@@ -526,7 +481,7 @@ class _Driver:
 
 def _check_dollar_budget(model: str, budget_usd: Decimal | None) -> None:
     """A dollar budget on a model without a price could never be checked: refused before anything is written."""
-    if budget_usd is not None and pricing.lookup(model) is None:
+    if budget_usd is not None and rates.lookup(model) is None:
         raise UsageError(f"--budget-usd: no price is known for model {model[:80]!r}, so a dollar budget cannot be "
                          f'checked (add [prices."{model[:80]}"] with input and output to the settings file)')
 
@@ -703,14 +658,14 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
         spent_in = sum(s.input_tokens for s in steps)
         spent_out = sum(s.output_tokens for s in steps)
         if steps:
-            from ..costs import run_cost
+            from ..money.cost import run_cost
 
             driver.spend.replayed = run_cost(store, run_id).cost
             driver.spend.largest_output = max(s.output_tokens for s in steps)
             last = steps[-1]
             assistant = step_blocks(last, "assistant") or []
             # A final reply that a person answered (a fork's note after it) is not the end any more.
-            final = (_Driver._final_state(_record_of(last, assistant))
+            final = (_Driver._final_state(_record_of(last, assistant), run_id)
                      if assistant and last.tool_results is None else None)
             if final is not None:
                 # The final response is committed; only the run's end was lost.
@@ -735,7 +690,9 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
                          run.output_tokens, driver.calls if driver else 0, committed_before or 0)
     except (RunBusy, ReplySpooled, ModelCallFailed, KeyboardInterrupt, SystemExit):
         raise  # another owner drives it / the reply is safe on disk / the run is failed already / stopped
-    except HistoryError as exc:
+    except (HistoryError, AgentChanged) as exc:
+        # Neither heals by trying again: a history that cannot be sent, an agent whose code changed under
+        # the run (a person decides: `dayflow resume --allow-changed-agent`). Failed now, with the reason.
         _give_up(store, run_id, lease, str(exc))
         raise
     except Exception as exc:

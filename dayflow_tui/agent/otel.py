@@ -45,7 +45,8 @@ from ..store import Store, effective_status, safe_url, step_blocks
 from ..store.resumes import run_resumes
 from ..store.status import RunStatus
 from .compaction import compact
-from .loop import MAX_TOKENS, SYSTEM_PROMPT, StepEvent
+from .brief import SYSTEM as SYSTEM_PROMPT
+from .events import MAX_TOKENS, StepEvent
 from .messages import messages_from
 from .transcript import build_steps
 

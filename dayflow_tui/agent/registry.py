@@ -115,7 +115,33 @@ def what_changed(before: dict, after: dict) -> list[str]:
     changes += [f"tool {name} added" for name in sorted(set(new) - set(old))]
     changes += [f"tool {name} removed" for name in sorted(set(old) - set(new))]
     changes += [f"tool {name}'s arguments" for name in sorted(set(old) & set(new)) if old[name] != new[name]]
+    old_rules, new_rules = before.get("tool_rules"), after.get("tool_rules", {})
+    if isinstance(old_rules, dict):
+        for name in sorted(set(old_rules) & set(new_rules)):
+            was, now = old_rules[name] or {}, new_rules[name] or {}
+            if was.get("kind") != now.get("kind"):
+                changes.append(f"tool {name}'s kind ({was.get('kind')} -> {now.get('kind')})")
+            elif was.get("key") != now.get("key"):
+                changes.append(f"tool {name}'s idempotency key ({was.get('key')} -> {now.get('key')})")
+            if was.get("approval") != now.get("approval"):
+                changes.append(f"tool {name}'s approval rule ({_rule_words(was.get('approval'))} -> "
+                               f"{_rule_words(now.get('approval'))})")
     return changes or ["its definition"]
+
+
+def _rule_words(rule: Any) -> str:
+    if rule is True:
+        return "always asks"
+    if rule is False or rule is None:
+        return "never asks"
+    return "a predicate" if str(rule).startswith("predicate:") else str(rule)[:40]
+
+
+def _records_rules(run: Any) -> bool:
+    try:
+        return "tool_rules" in json.loads(run.agent_shape or "{}")
+    except (TypeError, ValueError):
+        return False
 
 
 def agent_for_run(run: Any, *, allow_changed: bool = False) -> tuple[Agent, dict[str, Any] | None]:
@@ -124,6 +150,8 @@ def agent_for_run(run: Any, *, allow_changed: bool = False) -> tuple[Agent, dict
     recorded = getattr(run, "agent_fingerprint", None)
     if recorded is None or recorded == agent.fingerprint():
         return agent, None
+    if recorded == agent.legacy_fingerprint() and not _records_rules(run):
+        return agent, None  # recorded before kinds and approval rules were fingerprinted: nothing more to compare
     try:
         before = json.loads(run.agent_shape) if run.agent_shape else {}
     except ValueError:

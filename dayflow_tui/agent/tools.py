@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable
 
+from ..errors import StoreError
 from ..store import Store
 from ..testhook import pause_point
 
@@ -74,20 +75,16 @@ def validate(schema: dict, args: Any) -> None:
 
 @dataclass
 class ToolContext:
-    """What a tool may use besides its arguments; ``agent`` (None: the built-in brief) owns the tools."""
+    """What a tool may use besides its arguments; ``agent`` (the run's, the built-in brief included) owns the tools."""
 
     store: Store
     run_id: str
     today: date
-    agent: Any = None
+    agent: Any
 
     @property
     def tools_of(self) -> Any:
-        if self.agent is not None:
-            return self.agent
-        from .brief import AGENT
-
-        return AGENT
+        return self.agent
 
 
 def _error(code: str, message: str) -> dict:
@@ -138,13 +135,33 @@ def _result(block: dict, payload: Any, is_error: bool) -> dict:
 tool_result = _result  # one tool_result block: the answer to one tool_use
 
 
-def __getattr__(name: str) -> Any:
-    # The built-in brief's tools, as they were named before agents were code (tests and tools that read them).
-    if name in ("TOOL_SCHEMAS", "SCHEMAS_BY_NAME", "READ_ONLY_TOOLS"):
-        from .brief import AGENT
-        from .define import READ_ONLY
+class StoreFaultInTool(StoreError):
+    """The database failed under a tool (after the store's own retries): no outcome of the tool's.
 
-        return {"TOOL_SCHEMAS": AGENT.schemas,
-                "SCHEMAS_BY_NAME": {t.name: t.to_api() for t in AGENT.tools},
-                "READ_ONLY_TOOLS": frozenset(t.name for t in AGENT.tools if t.kind == READ_ONLY)}[name]
-    raise AttributeError(name)
+    It ends the attempt: nothing is kept for the call, the lease is released and the run backs off like any
+    failed attempt, so the call runs again once the database answers (an idempotent effect still once by key).
+    """
+
+
+_DATABASE_URL = re.compile(r"\b(?:postgres(?:ql)?|sqlite)(?:\+\w+)?://\S+", re.IGNORECASE)
+
+
+def abandon_on_store_fault(ctx: ToolContext, exc: BaseException) -> None:
+    """Raise ``StoreFaultInTool`` when ``exc`` is the database failing, not the tool; else return."""
+    import peewee
+
+    if isinstance(exc, (StoreError, peewee.DatabaseError, peewee.InterfaceError)):
+        raise StoreFaultInTool(f"the database failed inside a tool call ({type(exc).__name__}); the attempt "
+                               "was abandoned with nothing kept for that call") from exc
+
+
+def tool_error_message(ctx: ToolContext, exc: BaseException) -> str:
+    """A tool's own failure as the model is told it: one line, with no key and nothing naming the database."""
+    from ..redaction import redacted_line
+
+    text = f"{type(exc).__name__}: {exc}"
+    backend = getattr(ctx.store, "backend", None)
+    for where in (getattr(backend, "url", None), getattr(backend, "path", None)):
+        if where:
+            text = text.replace(str(where), "<database>")
+    return redacted_line(_DATABASE_URL.sub("<database>", text), 500)

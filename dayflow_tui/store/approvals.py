@@ -36,6 +36,21 @@ class DecisionRefused(DayflowError):
     exit_code = 4
 
 
+MIN_HASH_PREFIX = 8  # hex digits: an empty or short prefix would match (nearly) any arguments
+
+
+def hash_prefix(text: str) -> str:
+    """A ``--hash`` value: at least ``MIN_HASH_PREFIX`` hex digits of an argument hash, lower-cased.
+
+    An empty prefix matched every hash, so ``--hash ""`` approved whatever the arguments had become.
+    """
+    value = text.strip().lower()
+    if len(value) < MIN_HASH_PREFIX or len(value) > 64 or any(c not in "0123456789abcdef" for c in value):
+        raise UsageError(f"--hash needs {MIN_HASH_PREFIX} to 64 hex digits of the arguments' hash, as "
+                         f"`dayflow pending` shows it (got {len(value)} character(s))")
+    return value
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
@@ -128,7 +143,7 @@ class ApprovalQueries:
                 return target  # an earlier try committed; only its answer was lost
             if target.state != PENDING:
                 raise DecisionRefused(_already(target))
-            if expect_hash is not None and not target.input_hash.startswith(expect_hash.strip().lower()):
+            if expect_hash is not None and not target.input_hash.startswith(hash_prefix(expect_hash)):
                 raise DecisionRefused(f"run {run_id} call {target.tool_use_id}: its arguments hash to "
                                       f"{target.input_hash[:12]}, not {expect_hash[:12]}; look again before deciding")
             values = dict(state=APPROVED if approve else DENIED, reason=reason, decided_by=by, decided_host=host,

@@ -110,6 +110,11 @@ class ForkQueries:
                    budget_usd=plan.budget_usd if plan.budget_usd is not None else parent.budget_usd,
                    max_steps=max(plan.max_steps or parent.max_steps, plan.at + 1), compact_at=parent.compact_at,
                    approval_tools=parent.approval_tools, parent_id=parent.id, forked_at=plan.at,
+                   # The parent's agent, as recorded: the fork's next request carries its system prompt and
+                   # tools (byte for byte, so the prompt cache still applies), and a copied call that waits
+                   # for a person waits again instead of being answered by the built-in brief's tools.
+                   agent=parent.agent, agent_ref=parent.agent_ref, agent_fingerprint=parent.agent_fingerprint,
+                   agent_shape=parent.agent_shape,
                    step_count=len(rows), input_tokens=sum(r["input_tokens"] for r in rows),
                    output_tokens=sum(r["output_tokens"] for r in rows),
                    cache_creation_tokens=sum(r["cache_creation_input_tokens"] for r in rows),

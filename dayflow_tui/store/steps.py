@@ -84,7 +84,9 @@ class StepQueries:
 
         With ``final_status`` the run is finished in the same transaction, so an
         end_turn step and the run's ``done`` can never disagree after a crash.
-        A committed step is progress: the run's count of failed attempts goes back to 0.
+        A committed step is progress: the run's count of attempts in a row without one starts again at 1,
+        the attempt that committed it (it may still die in the step's tools: that death is its attempt's,
+        so a poison tool runs ``max_attempts`` times in all, not one more). A finished run keeps 0.
         """
         assistant = dumps(step.assistant)
         if attempt_number() and self._step_landed(run_id, step.n, assistant, lease):
@@ -98,7 +100,7 @@ class StepQueries:
                    duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
                    compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
                    created_at=stamp or _host_now())
-        values: dict[str, Any] = {"attempts": 0, "not_before": None}
+        values: dict[str, Any] = {"attempts": 0 if final_status is not None else 1, "not_before": None}
         if final_status is not None:
             values.update(status=final_status, final_text=final_text, error=final_error)
         added = (step.input_tokens, step.output_tokens, step.cache_creation_input_tokens,

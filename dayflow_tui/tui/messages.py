@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from ..agent.loop import RunResult, StepEvent
+from ..agent.events import RunResult, StepEvent
 
 
 class RunStarted(Message):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from ..agent.loop import StepEvent
+from ..agent.events import StepEvent
 from .messages import StepCommitted
 
 WINDOW_S = 0.05

@@ -7,6 +7,8 @@ then the run is resumed like any other, in the app's drive worker.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -71,12 +73,15 @@ class EditDialog(ModalScreen[str | None]):
 
     BINDINGS = [("escape", "cancel", "Cancel")]
 
-    def __init__(self, run_id: str, call_name: str, call_id: str, arguments: str) -> None:
+    def __init__(self, run_id: str, call_name: str, call_id: str, arguments: str,
+                 problem_of: Callable[[str], str | None] | None = None) -> None:
         super().__init__(classes="resume-dialog")
         self.run_id = run_id
         self.call_name = call_name
         self.call_id = call_id
         self.arguments = arguments
+        # What is wrong with the typed text (None: nothing): checked here, so a bad edit keeps the dialog open.
+        self.problem_of = problem_of
 
     def compose(self) -> ComposeResult:
         with Vertical(id="resume-box"):
@@ -84,6 +89,7 @@ class EditDialog(ModalScreen[str | None]):
                                         "bold"))
             yield Static(Content("The arguments as JSON; they are checked against the tool's schema."))
             yield TextArea(printable(self.arguments), id="edit-arguments", soft_wrap=True, show_line_numbers=False)
+            yield Static(id="edit-problem")
             with Horizontal(id="resume-buttons"):
                 yield Button("Approve", id="edit-confirm", variant="primary")
                 yield Button("Cancel", id="edit-cancel")
@@ -95,7 +101,13 @@ class EditDialog(ModalScreen[str | None]):
 
     @on(Button.Pressed, "#edit-confirm")
     def _confirm(self) -> None:
-        self.dismiss(self.query_one("#edit-arguments", TextArea).text)
+        text = self.query_one("#edit-arguments", TextArea).text
+        problem = self.problem_of(text) if self.problem_of is not None else None
+        if problem:
+            # As the deny dialog does: the edit stays, the reason shows under it (as text, never markup).
+            self.query_one("#edit-problem", Static).update(Content.styled(printable(problem), "bold"))
+            return
+        self.dismiss(text)
 
     @on(Button.Pressed, "#edit-cancel")
     def action_cancel(self) -> None:

@@ -7,8 +7,6 @@ our worker or another process) are appended as they commit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -19,38 +17,27 @@ from textual.screen import Screen
 from textual.widgets import Button, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
-from ...agent import loop
+from ...agent.transcript import StepView
 from ...errors import DayflowError
-from ...store.models import Run
+from ...money.cost import Cost, budget_text, format_usd
 from ...redaction import redacted_line
-from ...safe_text import one_line, printable
+from ...safe_text import printable
 from ...store import effective_status, is_connection_error
-from ...agent.transcript import StepView, attach_decisions, build_steps
-from ...costs import budget_text
-from ...pricing import Cost, format_usd
+from ...store.models import Run
+from ...views.transcript import TranscriptRead, read_transcript
 from .. import bindings, formatting
-from ..cost_view import ResumePriced, aged, estimate_line
-from ..editor import open_in_editor
-from ..widgets.json_view import JsonView, Payload
+from ..cost_view import ResumePriced
+from ..widgets.json_view import JsonView
 from ..widgets.step_detail import StepDetail
-from ..widgets.step_list import StepList
+from ..widgets.step_list import StepList, step_prompt
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 from .decide import Decided, DenyDialog, EditDialog
 from .time_travel import ForkDialog, fork_in_worker
+from .transcript_panes import StepPanes
+from .transcript_resume import ResumeControls
 
 POLL_EVERY_S = 0.5
-
-
-@dataclass(frozen=True)
-class TranscriptRead:
-    """What the reader found: the run, its steps so far, and their views when they changed."""
-
-    marker: tuple
-    run: Run
-    steps: tuple[tuple[int, bool], ...]  # (n, has its tool results) of every step read, in order
-    views: list[StepView] | None
-    steps_changed: bool
 
 
 class TranscriptLoaded(Message):
@@ -61,79 +48,13 @@ class TranscriptLoaded(Message):
         self.error = error
 
 
-class RequestBuilt(Message):
-    def __init__(self, run_id: str, preview, error: BaseException | None) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.preview = preview
-        self.error = error
 BRIEF = "brief"
 # A transcript this long settles the heap once it is read (see DayflowApp.settle_heap), and again when closed.
 LONG_RUN_STEPS = 500
 MODES = ("detail", "raw", "request")
 
 
-def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
-    """One line of the step list: tokens of the step, or its dollars (the sparkline's unit, ``$``)."""
-    calls = len(view.calls)
-    errors = sum(1 for call in view.calls if call.is_error)
-    tools = f"{calls} tool{'s' if calls != 1 else ''}" if calls else ""
-    size = format_usd(view.cost, unknown="?") if dollars else formatting.tokens(view.input_tokens + view.output_tokens)
-    # 30 columns at most, so the narrow sidebar (80-column terminals) holds a step on one line.
-    return Content.assemble(
-        (f"{view.n:>3} ", "bold"),
-        (printable(view.stop_reason or "—")[:8].ljust(9), "$text-success" if view.stop_reason == "end_turn" else ""),
-        f"{size:>7} ",
-        (tools.ljust(7), ""),
-        (" ✖" if errors or view.problem else "", "bold $text-error"),
-    )
-
-
-def _block_title(block: object, names: dict[str, str]) -> str:
-    if not isinstance(block, dict):
-        return type(block).__name__
-    kind = str(block.get("type", "?"))
-    if kind == "tool_use":
-        return f"tool_use {block.get('name', '?')} ({block.get('id', '?')})"
-    if kind == "tool_result":
-        used = str(block.get("tool_use_id", "?"))
-        failed = " error" if block.get("is_error") else ""
-        return f"tool_result{failed} for {names.get(used, '?')} ({used})"
-    if kind == "text":
-        return f"text ({len(str(block.get('text', ''))):,} characters)"
-    return kind
-
-
-def step_payloads(view: StepView) -> list[Payload]:
-    """A step's stored JSON as payloads: each block of the reply, then each tool result."""
-    names = {call.id: call.name for call in view.calls}
-    payloads = []
-    for part, stored in (("assistant", view.raw_assistant), ("user", view.raw_tool_results)):
-        if stored is None:
-            continue
-        whole = Payload.from_stored(f"{part} (not JSON as stored)", stored)
-        blocks = whole.value if whole.text is None else None
-        if isinstance(blocks, dict) and isinstance(blocks.get("content"), list):
-            blocks = blocks["content"]
-        if isinstance(blocks, list) and blocks:
-            payloads.extend(Payload(f"{part} · {_block_title(block, names)}", block) for block in blocks)
-        else:
-            payloads.append(whole if whole.text is not None else Payload(part, whole.value))
-    return payloads
-
-
-def request_payloads(messages: list) -> list[Payload]:
-    """The next request's messages, one payload each."""
-    payloads = []
-    for number, message in enumerate(messages, 1):
-        role = message.get("role", "?") if isinstance(message, dict) else "?"
-        content = message.get("content") if isinstance(message, dict) else None
-        blocks = f", {len(content)} blocks" if isinstance(content, list) else ""
-        payloads.append(Payload(f"message {number} · {role}{blocks}", message))
-    return payloads
-
-
-class TranscriptScreen(bindings.SyncedBindings, Screen):
+class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Screen):
     BINDINGS = bindings.TRANSCRIPT
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
 
@@ -200,35 +121,10 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         """Ask the reader for the run and the steps that changed since last time (``TranscriptRead`` answers)."""
         store, run_id, known, marker = self.store, self.run_id, self.steps, self._marker
         known_views = tuple(self.views)
-        approvals = getattr(store, "approvals", None)
 
         def job() -> TranscriptRead | None:
-            now = store.change_marker()
-            if if_changed and now == marker:
-                return None
-            run = store.get_run(run_id)
-            # The last known step may have gained its tool results since: re-read from it on.
-            from_n = known[-1][0] if known else None
-            fresh = store.steps(run.id, from_n=from_n)
-            kept = [key for key in known if from_n is None or key[0] < from_n]
-            steps = tuple(kept) + tuple((row.n, row.tool_results is not None) for row in fresh)
-            changed = steps != known
-            views = None
-            decided = approvals(run.id) if approvals is not None else []
-            if changed or decided:
-                # Only the steps read again are decoded: the views of the kept ones are reused as they are
-                # (a 5,000-step run re-decoded every step on each commit).
-                reusable = len(known_views) >= len(kept) and all(
-                    known_views[i].n == kept[i][0] for i in {0, len(kept) - 1} if kept)
-                if reusable:
-                    base = list(known_views[:len(kept)])
-                    views = base + build_steps(fresh, run.model, after=base[-1] if base else None)
-                else:  # the views do not match what was read (a fork, a damaged read): decode them all
-                    everything = store.steps(run.id)
-                    steps = tuple((row.n, row.tool_results is not None) for row in everything)
-                    views = build_steps(everything, run.model)
-                attach_decisions(views, decided)
-            return TranscriptRead(now, run, steps, views, changed or bool(decided))
+            return read_transcript(store, run_id, known=known, known_views=known_views, marker=marker,
+                                   if_changed=if_changed)
 
         def done(result, error) -> None:
             self.post_message(TranscriptLoaded(self._read_key, result, error))
@@ -376,96 +272,6 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
         self.chart_dollars = not self.chart_dollars
         self._draw_step_list()
 
-    # -- what a resume will cost ---------------------------------------------
-
-    def _price_if_changed(self) -> None:
-        """Price the next call again when the run moved (a new step, a new status)."""
-        run = self.run
-        if run is None or self.app.resume_blocker(run) is not None:
-            self.query_one("#resume-estimate", Static).display = False
-            self._priced_for = None
-            return
-        key = (run.step_count, run.status, run.updated_at)
-        if key != self._priced_for:
-            self._priced_for = key
-            self.price_next()
-        else:
-            self._draw_estimate()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="price")
-    def price_next(self) -> None:
-        from ...agent.resume_price import resume_estimate
-
-        store = self.store
-        try:
-            self.post_message(ResumePriced(self.run_id, resume_estimate(store, self.run_id)))
-        except Exception as exc:  # the line says why; the screen goes on
-            self.post_message(ResumePriced(self.run_id, None, redacted_line(exc, 200)))
-        finally:
-            store.close_thread_connection()
-
-    @on(ResumePriced)
-    def _priced(self, message: ResumePriced) -> None:
-        if message.run_id == self.run_id:
-            self.priced = message
-            self._draw_estimate()
-
-    def _draw_estimate(self) -> None:
-        line = self.query_one("#resume-estimate", Static)
-        priced = self.priced
-        # Only for a run a resume from here could continue: not done, not moving under a driver.
-        if priced is None or self.run is None or self.app.resume_blocker(self.run) is not None:
-            line.display = False
-            return
-        estimate = aged(priced.estimate, priced.at) if priced.estimate is not None else None
-        line.update(estimate_line(estimate, priced.error))
-        line.display = True
-
-    def _draw_saved(self) -> None:
-        """After a resume from here: what it paid, and what it did not pay again."""
-        line = self.query_one("#saved", Static)
-        result = self.app.resumed.get(self.run_id)
-        if result is None or self.app.driving == self.run_id:
-            line.display = False
-            return
-        text = (f"Resumed here: paid {format_usd(result.paid)} for {result.calls} call"
-                f"{'s' if result.calls != 1 else ''}")
-        if result.replayed_steps:
-            many = result.replayed_steps != 1
-            text += (f"; the {result.replayed_steps} committed step{'s' if many else ''} "
-                     f"({format_usd(result.replayed_cost)}) {'were' if many else 'was'} not paid again")
-        line.update(Content.styled(text, "$text-success"))
-        line.display = True
-
-    def _draw_resume_button(self) -> None:
-        button = self.query_one("#resume-button", Button)
-        run = self.run
-        blocker = self.app.resume_blocker(run) if run is not None else "no run"
-        if blocker is None:
-            button.label, button.disabled = Content("Resume"), False
-            button.tooltip = "Continue this run where it stopped (r)"
-        else:
-            short = ("Done" if blocker.startswith("done") else "Running here" if blocker == "being driven here"
-                     else "Waiting" if "waits for a decision" in blocker else "Busy")
-            button.label, button.disabled = Content(short), True
-            button.tooltip = printable(f"Cannot resume: {blocker}")
-        self.sync_bindings()
-
-    def _draw_live(self) -> None:
-        live = self.query_one("#live", Static)
-        run = self.run
-        blocker = self.app.resume_blocker(run) if run is not None else None
-        if self.app.driving == self.run_id:
-            live.update(Content.styled(f"▶ driving this run here: {run.step_count} step"
-                                       f"{'s' if run.step_count != 1 else ''} committed, waiting for the model…",
-                                       "bold"))
-            live.display = True
-        elif blocker and blocker.startswith("held by"):
-            live.update(Content.styled(f"▶ {printable(blocker)}: watching it live; resume is disabled", "bold"))
-            live.display = True
-        else:
-            live.display = False
-
     def poll(self) -> None:
         """Live tick: another process (or our worker) may have committed steps (the reader checks)."""
         if self.run is not None and not self.app.reader.pending(self._read_key):
@@ -517,65 +323,6 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
                 self.call_after_refresh(detail.set_payloads, True)
         if self.mode == "raw":
             self._fill_raw()
-
-    def _set_mode(self, mode: str) -> None:
-        self.mode = mode
-        for name, pane in (("detail", "#detail"), ("raw", "#raw-pane"), ("request", "#request-pane")):
-            self.query_one(pane).display = name == mode
-        if mode == "raw":
-            self._fill_raw()
-            self.query_one("#raw", JsonView).focus()
-        elif mode == "request":
-            self._fill_request()
-            self.query_one("#request", JsonView).focus()
-        else:
-            self.query_one("#steps", OptionList).focus()
-
-    def _fill_raw(self) -> None:
-        index = self._selected()
-        title = self.query_one("#raw-title", Static)
-        view_pane = self.query_one("#raw", JsonView)
-        if index is None or index >= len(self.views):
-            title.update(Content("Raw JSON: select a step"))
-            view_pane.set_payloads([], key=None)
-            return
-        view = self.views[index]
-        title.update(Content.assemble(
-            f"Step {view.n}: the JSON stored, block by block  ",
-            ("enter/z fold · c copy · o editor", "$text-muted")))
-        view_pane.set_payloads(step_payloads(view), key=(self.run_id, view.n, view.raw_tool_results is not None))
-
-    @on(JsonView.OpenRequested)
-    def _open_in_editor(self, message: JsonView.OpenRequested) -> None:
-        message.stop()
-        open_in_editor(self.app, f"{self.run_id}-{message.name}", message.document)
-
-    def _fill_request(self) -> None:
-        self.query_one("#request-title", Static).update(Content.styled("Next request: reading…", "$text-muted"))
-        store, run_id = self.store, self.run_id
-
-        def done(preview, error) -> None:
-            self.post_message(RequestBuilt(run_id, preview, error))
-
-        self.app.reader.submit(f"request:{id(self)}", lambda: loop.next_request_preview(store, run_id), done)
-
-    @on(RequestBuilt)
-    def _request_built(self, message: RequestBuilt) -> None:
-        if message.run_id != self.run_id:
-            return
-        message.stop()
-        title = self.query_one("#request-title", Static)
-        area = self.query_one("#request", JsonView)
-        if message.error is not None:
-            title.update(Content(f"Next request: cannot be built ({printable(one_line(message.error, 200))})"))
-            area.set_payloads([])
-            return
-        preview = message.preview
-        compacted = (f"compacted to ~{preview.est_after:,} tokens" if preview.compacted
-                     else "not compacted")
-        title.update(Content(f"Next request: {len(preview.messages)} messages, ~{preview.est_before:,} tokens "
-                             f"from history, {compacted}. Exactly what the next call sends."))
-        area.set_payloads(request_payloads(preview.messages), key=(self.run_id, "request", len(preview.messages)))
 
     # -- actions -------------------------------------------------------------
 
@@ -637,15 +384,29 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
             if text is not None:
                 self._approve_edited(call.id, text)
 
-        self.app.push_screen(EditDialog(self.run_id, call.name, call.id, call.pretty_input()), edited)
+        from ...agent.approvals import parse_edit, tool_of_run
+        from ...errors import UsageError
+
+        tool = tool_of_run(self.run.agent_ref if self.run is not None else None, call.name)
+
+        def problem_of(text: str) -> str | None:
+            try:
+                parse_edit(text, tool)
+            except UsageError as exc:
+                return str(exc)
+            return None
+
+        self.app.push_screen(EditDialog(self.run_id, call.name, call.id, call.pretty_input(), problem_of), edited)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="decide")
     def _approve_edited(self, tool_use_id: str, text: str) -> None:
         from ...agent.approvals import decider, validated_edit
+        from ...agent.registry import agent_for_run
 
         store, run_id = self.store, self.run_id
         try:
             user, host = decider()
+            agent_for_run(store.get_run(run_id))  # a changed agent: nothing decided (resume it from the CLI)
             target, value = validated_edit(store, run_id, tool_use_id, text)  # one line when it does not fit
             row = next(r for r in store.approvals(run_id) if r.tool_use_id == target)
             store.decide(run_id, target, approve=True, by=user, host=host, edited_input=value,
@@ -660,11 +421,13 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="decide")
     def _decide(self, approve: bool, reason: str | None) -> None:
         from ...agent.approvals import decider
+        from ...agent.registry import agent_for_run
 
         store, run_id = self.store, self.run_id
         decided = 0
         try:
             user, host = decider()
+            agent_for_run(store.get_run(run_id))  # a changed agent: nothing decided (resume it from the CLI)
             for row in store.approvals(run_id):
                 if row.state == "pending":
                     store.decide(run_id, row.tool_use_id, approve=approve, by=user, host=host, reason=reason,
@@ -711,26 +474,3 @@ class TranscriptScreen(bindings.SyncedBindings, Screen):
 
     def action_last_step(self) -> None:
         self._go(self.query_one("#steps", OptionList).option_count - 1)
-
-    def action_expand(self) -> None:
-        self.payloads_open = not self.payloads_open
-        self.query_one(StepDetail).set_payloads(self.payloads_open)
-
-    def action_raw(self) -> None:
-        self._set_mode("detail" if self.mode == "raw" else "raw")
-
-    def action_next_request(self) -> None:
-        self._set_mode("detail" if self.mode == "request" else "request")
-
-    def action_resume(self) -> None:
-        self.app.resume_run(self.run_id, run=self.run)
-        self._draw_resume_button()
-
-    def action_resume_with_budget(self) -> None:
-        self.app.resume_run(self.run_id, ask=True, run=self.run)
-        self._draw_resume_button()
-
-    @on(Button.Pressed, "#resume-button")
-    def _resume_pressed(self) -> None:
-        self.action_resume()
-
