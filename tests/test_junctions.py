@@ -335,3 +335,29 @@ def test_a_waiting_run_whose_agent_changed_is_not_decided_unless_allowed(db_path
         assert api.calls == 2
     assert only_run(db, env)["status"] == "done"
     assert ledger(book).count("bell start") == ledger(book).count("bell done") == 1
+
+
+def test_a_fork_of_a_step_killed_in_a_plain_tool_never_runs_it_again(backend, db_target, tmp_path):
+    book = tmp_path / "ledger"
+    ref = write_agent(tmp_path / "office.py", bell_rule="")
+    chime = {"type": "tool_use", "id": "toolu_chime", "name": "chime", "input": {}}
+    with bell_then_end(chime) as api:
+        env = cli_env(**api.env(), LEDGER=str(book))
+        victim = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", db_target),
+                                  env={**env, "SLOW": "30"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL)
+        kill_when(victim, book, "bell start")  # the chime ran and was kept; the bell was killed in its body
+        parent_id = only_run(db_target, env)["id"]
+        forked = dayflow("fork", parent_id, "--at", "1", "--run", db=db_target, env=env)
+        assert forked.returncode == 0, text(forked.stderr)
+        fork_id = forked.stdout.decode().splitlines()[0].strip()
+        resumed = dayflow("resume", parent_id, db=db_target, env=env)
+        assert resumed.returncode == 0, text(resumed.stderr)
+        assert api.calls == 3  # step 1 bought once; step 2 once by the fork, once by the parent
+    # One side effect across the pair: the fork reused the parent's chime and did not ring the bell again.
+    assert ledger(book).count("chime start") == ledger(book).count("chime done") == 1
+    assert ledger(book).count("bell start") == 1 and "bell done" not in ledger(book)
+    for run_id in (parent_id, fork_id):
+        step = [s for s in read_db(db_target).steps if s["run_id"] == run_id and s["n"] == 1][0]
+        results = {r["tool_use_id"]: json.loads(r["content"]) for r in json.loads(step["tool_results"])}
+        assert results["toolu_bell"]["error"]["code"] == "outcome_unknown" and results["toolu_chime"]["ok"]

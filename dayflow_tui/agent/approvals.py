@@ -74,7 +74,10 @@ def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
     agent = ctx.tools_of
     calls = [b for b in assistant if b.get("type") == "tool_use"]
     kept = kept_rows(store, run.id, n)
-    asked = {tool_use_id for tool_use_id, row in kept.items() if row.state != AUTO}
+    # Asked already, or past asking: a call with a kept result, or started with none (a fork's copy of its
+    # parent's journal), is answered from its row; asking a person about it would change nothing.
+    asked = {tool_use_id for tool_use_id, row in kept.items()
+             if row.state != AUTO or row.result is not None or row.started_at is not None}
     to_ask = [b for b in calls if _waits(gated, agent, b) and call_id(b) not in asked]
     if to_ask:
         # First time round (or again after a crash on the way): the calls that need nobody run now, each

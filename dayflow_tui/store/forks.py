@@ -18,7 +18,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import UsageError
-from .models import Run, Step
+from .approvals import AUTO
+from .models import Approval, Run, Step
 from .retry import attempt_number, store_call
 from .search import index_runs
 from .status import RunStatus
@@ -121,11 +122,31 @@ class ForkQueries:
                    cache_read_tokens=sum(r["cache_read_input_tokens"] for r in rows))
         if check is not None:
             check(fork, [Step(**{**row, "run": run_id}) for row in rows])
-        self._write_fork(fork, rows)
+        self._write_fork(fork, rows, self._journal_to_copy(parent.id, rows))
         return self.get_run(run_id)
 
+    def _journal_to_copy(self: "Store", parent_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The parent's per-call journal of the fork's last step, when that step's tools have not all run.
+
+        The fork runs those tools itself; a plain call the parent started (and may have done) must be answered
+        "outcome unknown" there too, and a result the parent kept is the fork's as well: one side effect
+        across the pair, never one per run. Only what happened is copied (started, result), as ``auto``
+        rows; a pending decision is not: the fork asks again.
+        """
+        if not rows or rows[-1]["tool_results"] is not None:
+            return []
+        n = rows[-1]["n"]
+        copied = []
+        for row in self.approvals(parent_id, n):
+            if row.started_at is None and row.result is None:
+                continue
+            copied.append(dict(n=n, tool_use_id=row.tool_use_id, tool_name=row.tool_name, input=row.input,
+                               input_hash=row.input_hash, state=AUTO, requested_at=row.requested_at,
+                               started_at=row.started_at, result=row.result, result_at=row.result_at))
+        return copied
+
     @store_call
-    def _write_fork(self: "Store", fork: Run, rows: list[dict[str, Any]]) -> None:
+    def _write_fork(self: "Store", fork: Run, rows: list[dict[str, Any]], journal: list[dict[str, Any]]) -> None:
         if attempt_number() and Run.get_or_none(Run.id == fork.id) is not None:
             return  # the earlier try committed; only its answer was lost
         now = self.backend.now()
@@ -137,6 +158,8 @@ class ForkQueries:
             Run.insert(**values).execute()
             if rows:
                 Step.insert_many([{**row, "run": fork.id} for row in rows]).execute()
+            if journal:
+                Approval.insert_many([{**row, "run": fork.id} for row in journal]).execute()
             index_runs(self, [fork.id])  # its copied steps are searchable as its own
 
 
