@@ -101,6 +101,10 @@ class Tool:
             return {"ok": False, "error": {"code": "tool_error", "message": tool_error_message(ctx, exc)}}, True
         return payload, False
 
+    def rules(self) -> dict:
+        """What may happen to a call of this tool after a crash, and who must allow it: part of the fingerprint."""
+        return {"kind": self.kind, "key": self.key, "approval": approval_rule(self.needs_approval)}
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
@@ -247,9 +251,43 @@ class Agent:
         return next((t for t in self.tools if t.name == name), None)
 
     def fingerprint(self) -> str:
-        """What a resume must find unchanged: the system prompt, each tool's name and schema, the model."""
-        shape = {"system": self.system, "tools": self.schemas, "model": self.model}
-        return hashlib.sha256(json.dumps(shape, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        """What a resume must find unchanged: everything that decides what is sent or what may run again.
+
+        The system prompt, the model and each tool's schema (what the API is sent), and each tool's kind,
+        idempotency key and approval rule (what a crash or a person's decision lets run): changing a plain
+        tool to ``read_only`` after a kill in its body, or dropping ``needs_approval`` from a queued run's
+        tool, would otherwise run a side effect nobody allowed.
+        """
+        return _digest(self.describe())
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint as Dayflow recorded it before tool kinds and approval rules were part of it.
+
+        A run recorded then is checked for what was recorded (prompt, schemas, model) and nothing more.
+        """
+        return _digest({"system": self.system, "tools": self.schemas, "model": self.model})
 
     def describe(self) -> dict:
-        return {"system": self.system, "tools": {t.name: t.input_schema for t in self.tools}, "model": self.model}
+        """The agent's shape as the run records it (``agent_shape``): what ``what_changed`` compares."""
+        return {"system": self.system, "model": self.model,
+                "tools": {t.name: t.input_schema for t in self.tools},
+                "tool_rules": {t.name: t.rules() for t in self.tools}}
+
+
+def _digest(shape: dict) -> str:
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def approval_rule(needs_approval: bool | Callable[[dict], bool]) -> str | bool:
+    """An approval rule as it is compared across a resume: a flag, or a predicate by its source.
+
+    A predicate's source is the honest identity of the rule (its name can stay while its body changes);
+    where the source cannot be read (built in the REPL, a C function) its qualified name stands in.
+    """
+    if not callable(needs_approval):
+        return bool(needs_approval)
+    try:
+        source = inspect.getsource(needs_approval)
+    except (OSError, TypeError):
+        source = f"{getattr(needs_approval, '__module__', '?')}.{getattr(needs_approval, '__qualname__', '?')}"
+    return "predicate:" + hashlib.sha256(inspect.cleandoc(source).encode()).hexdigest()[:16]
