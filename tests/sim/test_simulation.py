@@ -105,7 +105,7 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
         if report:
             with open(report, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"backend": sim_backend.name, "seed": plan.seed, "index": index,
-                                     "actions": len(plan.actions), "seconds": round(outcome.seconds, 2),
+                                     "actions": len(plan.actions), "seconds": round(outcome.seconds, 2), "slowest_s": round(outcome.slowest_s, 2),
                                      "processes": outcome.processes, "kills": outcome.kills,
                                      "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
                                      "skipped": outcome.skipped, "verbs": outcome.verbs,

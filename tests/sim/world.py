@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from .agent_file import AgentSpec
 from .plan import Plan
 from .scripted_model import ScriptedModel
 
-PROCESS_TIMEOUT_S = 60.0  # a process still running after this is in a retry loop or hung: a finding
+PROCESS_TIMEOUT_S = 120.0  # a process still running after this is in a retry loop or hung: a finding
 BODY_PAUSE_S = 0.25  # how long a side-effecting body sleeps when a kill is aimed into it
 COMMIT_PAUSE_S = 0.05
 API_DELAY_S = 0.25
@@ -52,6 +53,7 @@ class Proc:
     err: str = ""
     timed_out: bool = False
     backpressure: bool = False  # a 429 or 529 burst was laid over it
+    seconds: float = 0.0
 
 
 @dataclass
@@ -126,6 +128,7 @@ class Outcome:
     paid_steps: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    slowest_s: float = 0.0  # the longest a process took
     verbs: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)  # faults laid over a process
     kills_at: dict[str, int] = field(default_factory=dict)  # kills that landed, by where they were aimed
@@ -202,12 +205,15 @@ class World:
         return popen
 
     def finish(self, proc: Proc, popen: subprocess.Popen) -> None:
+        started = time.monotonic()
         try:
             proc.exit_code = popen.wait(timeout=PROCESS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             popen.kill()
             proc.exit_code = popen.wait(timeout=30)
             proc.timed_out = True
+        proc.seconds = time.monotonic() - started
+        self.outcome.slowest_s = max(self.outcome.slowest_s, proc.seconds)
         proc.out = (self.dir / f"{proc.tag}.out").read_text(errors="replace")
         proc.err = (self.dir / f"{proc.tag}.err").read_text(errors="replace")
 
