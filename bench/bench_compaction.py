@@ -46,7 +46,7 @@ CACHE_READ, CACHE_WRITE = 0.1, 1.25
 
 
 def _estimate(obj) -> int:
-    from dayflow_tui.agent.tokens import estimate_tokens
+    from dayflow_tui.money.tokens import estimate_tokens
 
     return estimate_tokens(obj)
 

@@ -12,8 +12,7 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
-from .costs import RunCost, budget_text, cache_text
-from .pricing import format_usd
+from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
 from .agent.transcript import attach_decisions, build_steps
 

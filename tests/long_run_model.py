@@ -20,7 +20,7 @@ import re
 
 from anthropic.types import Message
 
-from dayflow_tui.agent.tokens import estimate_tokens
+from dayflow_tui.money.tokens import estimate_tokens
 
 STEPS = 40
 _ID = re.compile(r"^toolu_long(\d+)_")

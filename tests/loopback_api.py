@@ -125,7 +125,7 @@ class Lane:
 
     def count(self, body: dict) -> int:
         """The input tokens of ``body`` as the offline model counts a request's whole input."""
-        from dayflow_tui.agent.tokens import estimate_tokens
+        from dayflow_tui.money.tokens import estimate_tokens
 
         size = estimate_tokens({"system": body.get("system"), "tools": body.get("tools"),
                                 "messages": body.get("messages")})

@@ -10,10 +10,10 @@ from decimal import Decimal
 import pytest
 from anthropic.types import Message
 
-from dayflow_tui import costs, pricing
+from dayflow_tui.money import cost as costs
 from dayflow_tui.agent.loop import MAX_TOKENS, resume, run_brief
 from dayflow_tui.errors import UsageError
-from dayflow_tui.pricing import Usage
+from dayflow_tui.money.cost import Usage
 from dayflow_tui.store import open_store
 from dayflow_tui.store.models import database_proxy
 
@@ -61,7 +61,7 @@ def test_a_fresh_run_stops_before_the_call_that_would_cross_its_budget(store, re
     for request, step, paid in zip(client.requests, store.steps(result.run_id), (c1, c2)):
         cap = request["max_tokens"]
         assert step.output_tokens <= cap < MAX_TOKENS
-        worst = pricing.price_call(MODEL, Usage(step.input_tokens, step.input_tokens, 0, cap))
+        worst = costs.price_call(MODEL, Usage(step.input_tokens, step.input_tokens, 0, cap))
         assert before + worst.total <= budget
         before += paid
 
@@ -153,4 +153,4 @@ def test_the_cli_stops_a_real_sdk_run_before_crossing_and_shows_spent_over_budge
     assert row["cost_usd"] == pytest.approx(float(c1 + c2), abs=1e-6)
     text = subprocess.run(dayflow_cmd("runs", "--db", str(db_target)), capture_output=True, text=True, env=env,
                           timeout=60).stdout
-    assert f"budget={pricing.format_usd(c1 + c2)}/{pricing.format_usd(budget)}" in text
+    assert f"budget={costs.format_usd(c1 + c2)}/{costs.format_usd(budget)}" in text

@@ -7,7 +7,7 @@ import os
 import subprocess
 from decimal import Decimal
 
-from dayflow_tui.pricing import format_usd
+from dayflow_tui.money.cost import format_usd
 
 from .conftest import dayflow_cmd
 from .loopback_api import LoopbackAPI

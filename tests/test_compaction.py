@@ -18,7 +18,7 @@ from dayflow_tui.errors import DayflowError
 from dayflow_tui.agent.loop import build_request, next_request_preview, prepare_messages, resume, run_brief
 from dayflow_tui.agent.offline import OfflineClient
 from dayflow_tui.store import dumps, open_store, step_blocks
-from dayflow_tui.agent.tokens import estimate_tokens as tokens_estimate
+from dayflow_tui.money.tokens import estimate_tokens as tokens_estimate
 
 from . import long_run_model
 from .api_rules import cache_breakpoints, problems

@@ -12,8 +12,8 @@ import pytest
 from genai_prices import Usage as LibraryUsage
 from genai_prices import calc_price
 
-from dayflow_tui import costs, pricing
-from dayflow_tui.pricing import Cost, Usage
+from dayflow_tui.money import cost as costs, rates as pricing
+from dayflow_tui.money.cost import Cost, Usage
 from dayflow_tui.store import StepRecord
 
 from .conftest import dayflow_cmd
@@ -43,7 +43,7 @@ def test_every_anthropic_model_of_the_library_is_priced_as_the_library_prices_it
         for day in _dates(prices):
             when = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
             for usage in SPLITS:
-                ours = pricing.cost_of(prices, usage, day)
+                ours = costs.cost_of(prices, usage, day)
                 theirs = calc_price(LibraryUsage(input_tokens=usage.input_tokens,
                                                  cache_write_tokens=usage.cache_write_tokens,
                                                  cache_read_tokens=usage.cache_read_tokens,
@@ -65,39 +65,39 @@ def test_every_anthropic_model_of_the_library_is_priced_as_the_library_prices_it
 def test_cache_writes_and_reads_are_priced_separately(model, rates):
     """Anthropic's published rates per million tokens, split as billed: uncached, cache write, cache read, output."""
     uncached_rate, write_rate, read_rate, output_rate = (Decimal(r) for r in rates)
-    cost = pricing.price_call(model, Usage(10_000, 2_000, 5_000, 700), date(2026, 12, 3))
+    cost = costs.price_call(model, Usage(10_000, 2_000, 5_000, 700), date(2026, 12, 3))
     million = Decimal(1_000_000)
     assert cost == Cost(uncached_input=3_000 * uncached_rate / million, cache_write=2_000 * write_rate / million,
                         cache_read=5_000 * read_rate / million, output=700 * output_rate / million)
     # The same tokens all uncached cost more than with reads, less than all written.
-    as_input = pricing.price_call(model, Usage(10_000, 0, 0, 700), date(2026, 12, 3))
-    as_reads = pricing.price_call(model, Usage(10_000, 0, 10_000, 700), date(2026, 12, 3))
-    as_writes = pricing.price_call(model, Usage(10_000, 10_000, 0, 700), date(2026, 12, 3))
+    as_input = costs.price_call(model, Usage(10_000, 0, 0, 700), date(2026, 12, 3))
+    as_reads = costs.price_call(model, Usage(10_000, 0, 10_000, 700), date(2026, 12, 3))
+    as_writes = costs.price_call(model, Usage(10_000, 10_000, 0, 700), date(2026, 12, 3))
     assert as_reads.total < as_input.total < as_writes.total
 
 
 def test_a_long_request_pays_the_tier_rate_on_every_token_but_a_sum_of_short_ones_does_not():
     prices = pricing.lookup("claude-sonnet-4-5")
     assert prices.tier_starts == (200_000,)
-    short = pricing.cost_of(prices, Usage(150_000, 0, 0, 0), date(2026, 12, 3))
-    long = pricing.cost_of(prices, Usage(300_000, 0, 0, 0), date(2026, 12, 3))
+    short = costs.cost_of(prices, Usage(150_000, 0, 0, 0), date(2026, 12, 3))
+    long = costs.cost_of(prices, Usage(300_000, 0, 0, 0), date(2026, 12, 3))
     assert short.total == Decimal("0.45") and long.total == Decimal("1.8")  # $3 vs $6 per million
-    two_short = pricing.cost_of(prices, Usage(300_000, 0, 0, 0), date(2026, 12, 3), request_size=150_000)
+    two_short = costs.cost_of(prices, Usage(300_000, 0, 0, 0), date(2026, 12, 3), request_size=150_000)
     assert two_short.total == 2 * short.total
 
 
 def test_unknown_models_have_no_price():
     for model in ("gpt-4o", "claude-nonexistent-9", "my-fine-tune", "", None):
         assert pricing.lookup(model) is None
-        assert pricing.price_call(model, Usage(1000, 0, 0, 10)) is None
-    assert pricing.add_costs([Cost(output=Decimal(1)), None]) is None  # never a partial sum
-    assert pricing.format_usd(None) == "price unknown"
+        assert costs.price_call(model, Usage(1000, 0, 0, 10)) is None
+    assert costs.add_costs([Cost(output=Decimal(1)), None]) is None  # never a partial sum
+    assert costs.format_usd(None) == "price unknown"
 
 
 def test_the_offline_model_is_free_unless_priced_in_settings(monkeypatch):
-    assert pricing.price_call("offline", Usage(5000, 100, 4000, 300)).total == 0
+    assert costs.price_call("offline", Usage(5000, 100, 4000, 300)).total == 0
     monkeypatch.setenv("DAYFLOW_PRICES", json.dumps({"offline": {"input": 3, "output": 15}}))
-    cost = pricing.price_call("offline", Usage(5000, 100, 4000, 300))
+    cost = costs.price_call("offline", Usage(5000, 100, 4000, 300))
     # Cache rates left out follow Anthropic's multipliers: writes 1.25x, reads 0.1x the input rate.
     assert cost == Cost(Decimal("0.0027"), Decimal("0.000375"), Decimal("0.0012"), Decimal("0.0045"))
 
@@ -109,15 +109,15 @@ def test_a_settings_file_price_wins_for_that_model_and_its_dated_ids(tmp_path, m
     monkeypatch.setenv("DAYFLOW_CONFIG", str(config))
     usage = Usage(10_000, 2_000, 5_000, 700)
     negotiated = Cost(Decimal("0.006"), Decimal("0.005"), Decimal("0.001"), Decimal("0.007"))
-    assert pricing.price_call("claude-sonnet-4-5", usage) == negotiated
-    assert pricing.price_call("claude-sonnet-4-5-20250929", usage) == negotiated
+    assert costs.price_call("claude-sonnet-4-5", usage) == negotiated
+    assert costs.price_call("claude-sonnet-4-5-20250929", usage) == negotiated
     assert pricing.lookup("claude-sonnet-4-5-20250929").source == 'settings file [prices."claude-sonnet-4-5"]'
     # Another model that merely starts with the name keeps the library's price.
     assert pricing.lookup("claude-sonnet-4-5-1") is None or \
         pricing.lookup("claude-sonnet-4-5-1").source.startswith("genai-prices")
-    assert pricing.price_call("claude-haiku-4-5", usage) == pricing.cost_of(
+    assert costs.price_call("claude-haiku-4-5", usage) == costs.cost_of(
         pricing._catalogue().get("claude-haiku-4-5"), usage)
-    assert pricing.price_call("acme-internal", Usage(1_000_000, 0, 0, 1_000_000)).total == Decimal("7.5")
+    assert costs.price_call("acme-internal", Usage(1_000_000, 0, 0, 1_000_000)).total == Decimal("7.5")
     assert "acme-internal" in pricing.price_source().line()
 
 
@@ -168,14 +168,14 @@ def test_a_runs_cost_is_the_sum_of_its_calls_each_at_its_own_tier(store):
     run = store.create_run("t", model="claude-sonnet-4-5")
     for n, tokens in enumerate(calls, 1):
         store.append_step(run.id, _step(n, tokens, "claude-sonnet-4-5-20250929"))
-    expected = pricing.add_costs(pricing.price_call("claude-sonnet-4-5", Usage(*t)) for t in calls)
+    expected = costs.add_costs(costs.price_call("claude-sonnet-4-5", Usage(*t)) for t in calls)
     assert costs.run_cost(store, run.id).cost == expected
     assert expected.total == Decimal("0.5625") + Decimal("0.0075") + Decimal("0.03") + Decimal("0.045") + \
         Decimal("0.0195")
 
     store.append_step(run.id, _step(3, (210_000, 0, 0, 100), "claude-sonnet-4-5-20250929"))  # past the tier
     with_long = costs.run_cost(store, run.id)
-    assert with_long.cost == expected + pricing.price_call("claude-sonnet-4-5", Usage(210_000, 0, 0, 100))
+    assert with_long.cost == expected + costs.price_call("claude-sonnet-4-5", Usage(210_000, 0, 0, 100))
     assert with_long.cost.uncached_input == Decimal("1.26")  # $6 per million on all 210,000
     assert with_long.cache_hit_rate == pytest.approx(150_000 / 520_000)
 

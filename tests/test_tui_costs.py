@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from textual.widgets import Input, OptionList, Sparkline
 
-from dayflow_tui import costs
-from dayflow_tui.pricing import format_usd
+from dayflow_tui.money import cost as costs
+from dayflow_tui.money.cost import format_usd
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
 from dayflow_tui.tui.cost_view import ResumeDialog

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .tokens import estimate_tokens
+from ..money.tokens import estimate_tokens
 
 __all__ = ["SUMMARY_PREFIX", "SummarisedCall", "compact", "estimate_tokens", "pairs_of", "summarise_step",
            "summarised_calls"]

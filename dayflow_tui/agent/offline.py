@@ -33,7 +33,7 @@ from typing import Any
 
 from .compaction import summarised_calls
 from .offline_message import OfflineMessage
-from .tokens import estimate_tokens
+from ..money.tokens import estimate_tokens
 
 OFFLINE_MODEL = "offline"
 

@@ -10,8 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..costs import step_cost
-from ..pricing import Cost
+from ..money.cost import Cost, step_cost
 from ..store import step_blocks
 
 

@@ -16,12 +16,10 @@ be used is one ``UsageError`` line (exit 64) that says what to change.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
-
 from typing import TYPE_CHECKING
 
+from ..config import values
 from ..errors import UsageError
 from .text import PLACES, Term, words
 
@@ -173,22 +171,9 @@ def parse_statuses(text: str) -> tuple["RunStatus", ...]:
         raise QueryError(f"--status: {exc}") from None
 
 
-_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-
 def parse_since(text: str) -> str:
-    """``7d``, ``12h``, ``30m``, ``2w``, ``90s`` ago, or a date/time (UTC unless it says), as a stored timestamp."""
-    from .. import clock
-
-    match = _AGO.match(text)
-    if match:
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
-        if seconds > 100 * 365 * 86_400:
-            raise QueryError(f"--since {text}: too far back")
-        return clock.iso(clock.now() - timedelta(seconds=seconds))
+    """``--since``: an age (``90s``, ``12h``, ``7d``) or a date, read as every command reads one (``config.values``)."""
     try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise QueryError(f"--since {text!r}: expected an age (30m, 12h, 7d, 2w) or a date (2026-12-01)") from None
-    return clock.iso(moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
+        return values.since(text)
+    except values.BadValue as why:
+        raise QueryError(f"--since {values.shown(text)} {why}") from None

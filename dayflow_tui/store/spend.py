@@ -1,4 +1,4 @@
-"""Token sums for what runs cost: the store's side of ``dayflow_tui.costs`` (prices are not its job)."""
+"""Token sums for what runs cost: the store's side of ``dayflow_tui.money.cost`` (prices are not its job)."""
 
 from __future__ import annotations
 

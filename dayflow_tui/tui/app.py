@@ -25,7 +25,7 @@ from ..agent import loop
 from ..errors import StoreError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
-from ..pricing import format_usd
+from ..money.cost import format_usd
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
 from . import bindings, ui_state
@@ -338,7 +338,7 @@ class DayflowApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="price-resume")
     def _price_resume(self, run_id: str, ask: bool) -> None:
-        from ..agent.resume_price import resume_estimate
+        from ..agent.resume_request import resume_estimate
 
         run = None
         try:
@@ -426,7 +426,7 @@ class DayflowApp(App):
                 run = self.store.get_run(run_id)
                 client = self.client_factory(run.model) if self.client_factory else None
                 if budget_usd is None:
-                    from ..costs import run_cost
+                    from ..money.cost import run_cost
 
                     budget_usd = renewed_budget_usd(run, run_cost(self.store, run.id).total)
                     if budget_usd is not None:

@@ -1,6 +1,6 @@
 """Money in the dashboard: the price line under Resume, the confirm step, and the spend panel.
 
-The numbers come from the core (``costs``, ``agent.resume_price``); this
+The numbers come from the core (``money.cost``, ``money.estimate``); this
 module only shows them. Every database read or token count runs in a thread
 worker and comes back as a message.
 """
@@ -21,9 +21,8 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from ..agent.resume_price import ResumeEstimate
-from ..costs import spend
-from ..pricing import format_usd
+from ..money.cost import format_usd, spend
+from ..money.estimate import ResumeEstimate
 from ..redaction import redacted_line
 from ..safe_text import printable
 
@@ -158,14 +157,15 @@ class SpendPanel(Static):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="spend")
     def _read(self) -> None:
-        from .. import clock, costs
+        from .. import clock
+        from ..config.values import parse_since
 
         store = self.app.store
         try:
             parts = []
             top = None
             for label, span in (("today", None), ("7 days", "7d"), ("30 days", "30d")):
-                since = costs.parse_since(span) if span else clock.iso(clock.now().replace(
+                since = parse_since(span) if span else clock.iso(clock.now().replace(
                     hour=0, minute=0, second=0, microsecond=0))
                 rows, total = spend(store, since=since, by="model")
                 parts.append(f"{label} {format_usd(total.cost.total) if total.cost is not None else 'price unknown'}")

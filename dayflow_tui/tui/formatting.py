@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .. import clock
-from ..agent.estimate import duration
+from ..money.estimate import duration
 from ..safe_text import one_line, printable
 
 # effective status -> (glyph, word). The word makes the status readable without colour.

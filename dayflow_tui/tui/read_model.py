@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Mapping
 
-from ..costs import RunCost, run_costs
+from ..money.cost import RunCost, run_costs
 from ..store import Store, effective_status
 from ..store.models import Run
 

@@ -18,8 +18,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-from ...costs import run_cost
-from ...pricing import format_usd
+from ...money.cost import format_usd, run_cost
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
 from ...store.models import Run

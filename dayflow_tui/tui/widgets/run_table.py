@@ -20,8 +20,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ...costs import NO_CALLS
-from ...pricing import format_usd
+from ...money.cost import NO_CALLS, format_usd
 from ...store.models import Run
 from ...safe_text import one_line
 from ...store import RunStatus, effective_status

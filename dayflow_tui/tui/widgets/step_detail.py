@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Collapsible, Markdown, Rule, Static
 
-from ...pricing import format_usd
+from ...money.cost import format_usd
 from ...store.models import Run
 from ...safe_text import printable
 from ...agent.transcript import StepView, ToolCall

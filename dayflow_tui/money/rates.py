@@ -1,11 +1,8 @@
-"""What a model call costs, in dollars: prices from ``genai-prices``, overrides from the settings file.
+"""Where a model's prices come from: ``genai-prices``, overrides from the settings file, the offline model.
 
-One call's cost is split the way Anthropic bills it: uncached input, cache
-writes, cache reads and output, each at its own rate per million tokens.
-``input_tokens`` is the whole input of a call (uncached + cache writes +
-cache reads), as everywhere in Dayflow; the uncached part is what is left.
-
-Where the rates come from, first match wins:
+Rates are dollars per million tokens, split the way Anthropic bills them:
+uncached input, cache writes (5-minute and 1-hour lifetimes), cache reads
+and output. Where the rates come from, first match wins:
 
 1. ``[prices."MODEL"]`` in the settings file (or ``DAYFLOW_PRICES``): a
    negotiated rate, or a model the library does not know. ``MODEL`` matches
@@ -25,8 +22,8 @@ Importing ``genai_prices`` costs the better part of a second (pydantic, httpx,
 it gives for a model name are kept in a small JSON file in the state
 directory, keyed by the exact library files they came from; a command that
 shows costs imports the library only the first time it meets a model name.
-The arithmetic (history, tiers) is done here on those rates and is checked
-against the library's own ``calc_price`` in the tests, model by model.
+The arithmetic on those rates (``money.cost``) is checked against the
+library's own ``calc_price`` in the tests, model by model.
 """
 
 from __future__ import annotations
@@ -39,10 +36,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from . import settings as settings_module
-from .settings import OFFLINE_MODEL
+from .. import settings as settings_module
+from ..settings import OFFLINE_MODEL
 
 LIBRARY = "genai-prices"
 # The version pinned in pyproject.toml and the month it was published: the date of its price data.
@@ -50,7 +47,7 @@ PINNED_VERSION = "0.2.3"
 PINNED_RELEASED = "2026-11"
 PROVIDER = "anthropic"
 
-MILLION = Decimal(1_000_000)
+MILLION = Decimal(1_000_000)  # rates are dollars per this many tokens
 ZERO = Decimal(0)
 # Anthropic's documented multipliers of the input rate, for an override that names only input and output.
 CACHE_WRITE_5M_FACTOR = Decimal("1.25")
@@ -116,81 +113,10 @@ class ModelPrices:
                              for start, _price in rate.tiers}))
 
 
-@dataclass(frozen=True)
-class Usage:
-    """One call's tokens as the API reports them (``input_tokens``: the whole input)."""
-
-    input_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def uncached_input_tokens(self) -> int:
-        return max(self.input_tokens - self.cache_write_tokens - self.cache_read_tokens, 0)
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Dollars, split as Anthropic bills them."""
-
-    uncached_input: Decimal = ZERO
-    cache_write: Decimal = ZERO
-    cache_read: Decimal = ZERO
-    output: Decimal = ZERO
-
-    @property
-    def total(self) -> Decimal:
-        return self.uncached_input + self.cache_write + self.cache_read + self.output
-
-    @property
-    def input(self) -> Decimal:
-        return self.uncached_input + self.cache_write + self.cache_read
-
-    def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.uncached_input + other.uncached_input, self.cache_write + other.cache_write,
-                    self.cache_read + other.cache_read, self.output + other.output)
-
-    def split_json(self) -> dict[str, float]:
-        return {"uncached_input": usd_number(self.uncached_input), "cache_write": usd_number(self.cache_write),
-                "cache_read": usd_number(self.cache_read), "output": usd_number(self.output)}
-
-
-def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
-    """The sum; None (unknown) when any part is unknown: a partial sum would be a wrong number."""
-    total = Cost()
-    for cost in costs:
-        if cost is None:
-            return None
-        total = total + cost
-    return total
-
-
-def usd_number(amount: Decimal | None) -> float | None:
-    """For JSON: dollars to the micro-dollar."""
-    return None if amount is None else float(round(amount, 6))
-
-
-def format_usd(amount: "Decimal | Cost | None", *, unknown: str = "price unknown") -> str:
-    """``$0.50``, ``$0.0042``, ``$0.1234``, ``$12.34``: cents when the amount is whole cents (a budget),
-    else four decimals under a dollar, so a cheap step is not $0.00 and spent is not rounded up to a budget."""
-    if isinstance(amount, Cost):
-        amount = amount.total
-    if amount is None:
-        return unknown
-    if amount >= 1 or amount == amount.quantize(Decimal("0.01")):
-        return f"${amount:,.2f}"
-    if amount < Decimal("0.00005"):
-        return "<$0.0001"
-    return f"${amount:.4f}"
-
-
-# -- pricing a call ------------------------------------------------------------------------------
-
-
-def _day(at: datetime | date | str | None) -> date:
+def day_of(at: datetime | date | str | None) -> date:
+    """The UTC day whose rates apply to a call made at ``at`` (None: today)."""
     if at is None:
-        from . import clock
+        from .. import clock
 
         return clock.today()
     if isinstance(at, datetime):
@@ -198,34 +124,6 @@ def _day(at: datetime | date | str | None) -> date:
     if isinstance(at, date):
         return at
     return date.fromisoformat(str(at)[:10])
-
-
-def cost_of(prices: ModelPrices, usage: Usage, at: datetime | date | str | None = None, *,
-            cache_ttl: str = "5m", request_size: int | None = None) -> Cost:
-    """``usage`` at ``prices``' rates on the day ``at`` (UTC); cache writes at the lifetime the request asked for.
-
-    A price tier is chosen by one request's whole input: ``usage``'s own, or
-    ``request_size`` when ``usage`` sums several calls (the largest of them).
-    """
-    rates = prices.rates_on(_day(at))
-    size = usage.input_tokens if request_size is None else request_size
-    input_rate = rates["input"].at(size)
-
-    def rate(key: str) -> Decimal:
-        found = rates.get(key)
-        return found.at(size) if found is not None else input_rate
-
-    write_key = "cache_write_1h" if cache_ttl == "1h" and "cache_write_1h" in rates else "cache_write"
-    return Cost(uncached_input=input_rate * usage.uncached_input_tokens / MILLION,
-                cache_write=rate(write_key) * usage.cache_write_tokens / MILLION,
-                cache_read=rate("cache_read") * usage.cache_read_tokens / MILLION,
-                output=rates["output"].at(size) * usage.output_tokens / MILLION)
-
-
-def price_call(model: str | None, usage: Usage, at: datetime | date | str | None = None) -> Cost | None:
-    """What one call of ``model`` cost (None: no price is known for that model)."""
-    prices = lookup(model)
-    return None if prices is None else cost_of(prices, usage, at)
 
 
 # -- where prices come from --------------------------------------------------------------------------

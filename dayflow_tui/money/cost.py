@@ -1,7 +1,13 @@
-"""Dollars of stored runs: per step, per run, and spend over time, from the tokens each step recorded.
+"""What calls cost, in dollars: one call, a run, and spend over time, from the tokens each step recorded.
 
-Costs are computed when they are shown, from the tokens, the model and the
-day of each call (``pricing``), so a price override in the settings file
+One call's cost is split the way Anthropic bills it: uncached input, cache
+writes, cache reads and output, each at its own rate per million tokens
+(``money.rates``). ``input_tokens`` is the whole input of a call (uncached +
+cache writes + cache reads), as everywhere in Dayflow; the uncached part is
+what is left.
+
+Costs of stored runs are computed when they are shown, from the tokens, the
+model and the day of each call, so a price override in the settings file
 applies to old runs too. A run is summed from ``Store.token_groups`` (one
 aggregate query for a whole page of runs); a group whose largest request
 passed a price tier is priced call by call, since a tier applies per request.
@@ -11,18 +17,120 @@ unknown", never a partial sum.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Iterable
 
-from . import clock, pricing
-from .errors import UsageError
-from .pricing import Cost, Usage
+from ..errors import UsageError
+from . import rates
+from .rates import MILLION, ZERO, ModelPrices
 
 BUILTIN_AGENT = "brief"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One call's tokens as the API reports them (``input_tokens``: the whole input)."""
+
+    input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        return max(self.input_tokens - self.cache_write_tokens - self.cache_read_tokens, 0)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Dollars, split as Anthropic bills them."""
+
+    uncached_input: Decimal = ZERO
+    cache_write: Decimal = ZERO
+    cache_read: Decimal = ZERO
+    output: Decimal = ZERO
+
+    @property
+    def total(self) -> Decimal:
+        return self.uncached_input + self.cache_write + self.cache_read + self.output
+
+    @property
+    def input(self) -> Decimal:
+        return self.uncached_input + self.cache_write + self.cache_read
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.uncached_input + other.uncached_input, self.cache_write + other.cache_write,
+                    self.cache_read + other.cache_read, self.output + other.output)
+
+    def split_json(self) -> dict[str, float]:
+        return {"uncached_input": usd_number(self.uncached_input), "cache_write": usd_number(self.cache_write),
+                "cache_read": usd_number(self.cache_read), "output": usd_number(self.output)}
+
+
+def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
+    """The sum; None (unknown) when any part is unknown: a partial sum would be a wrong number."""
+    total = Cost()
+    for cost in costs:
+        if cost is None:
+            return None
+        total = total + cost
+    return total
+
+
+def usd_number(amount: Decimal | None) -> float | None:
+    """For JSON: dollars to the micro-dollar."""
+    return None if amount is None else float(round(amount, 6))
+
+
+def format_usd(amount: "Decimal | Cost | None", *, unknown: str = "price unknown") -> str:
+    """``$0.50``, ``$0.0042``, ``$0.1234``, ``$12.34``: cents when the amount is whole cents (a budget),
+    else four decimals under a dollar, so a cheap step is not $0.00 and spent is not rounded up to a budget."""
+    if isinstance(amount, Cost):
+        amount = amount.total
+    if amount is None:
+        return unknown
+    if amount >= 1 or amount == amount.quantize(Decimal("0.01")):
+        return f"${amount:,.2f}"
+    if amount < Decimal("0.00005"):
+        return "<$0.0001"
+    return f"${amount:.4f}"
+
+
+# -- pricing a call ------------------------------------------------------------------------------
+
+
+def cost_of(prices: ModelPrices, usage: Usage, at: datetime | date | str | None = None, *,
+            cache_ttl: str = "5m", request_size: int | None = None) -> Cost:
+    """``usage`` at ``prices``' rates on the day ``at`` (UTC); cache writes at the lifetime the request asked for.
+
+    A price tier is chosen by one request's whole input: ``usage``'s own, or
+    ``request_size`` when ``usage`` sums several calls (the largest of them).
+    """
+    in_force = prices.rates_on(rates.day_of(at))
+    size = usage.input_tokens if request_size is None else request_size
+    input_rate = in_force["input"].at(size)
+
+    def rate(key: str) -> Decimal:
+        found = in_force.get(key)
+        return found.at(size) if found is not None else input_rate
+
+    write_key = "cache_write_1h" if cache_ttl == "1h" and "cache_write_1h" in in_force else "cache_write"
+    return Cost(uncached_input=input_rate * usage.uncached_input_tokens / MILLION,
+                cache_write=rate(write_key) * usage.cache_write_tokens / MILLION,
+                cache_read=rate("cache_read") * usage.cache_read_tokens / MILLION,
+                output=in_force["output"].at(size) * usage.output_tokens / MILLION)
+
+
+def price_call(model: str | None, usage: Usage, at: datetime | date | str | None = None) -> Cost | None:
+    """What one call of ``model`` cost (None: no price is known for that model)."""
+    prices = rates.lookup(model)
+    return None if prices is None else cost_of(prices, usage, at)
+
+
+# -- stored runs ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -59,11 +167,11 @@ def step_usage(step) -> Usage:
 
 def step_cost(step, model: str | None) -> Cost | None:
     """One stored call's cost; ``model`` is the step's own (the reply's), else the run's."""
-    return pricing.price_call(getattr(step, "model", None) or model, step_usage(step), step.created_at)
+    return price_call(getattr(step, "model", None) or model, step_usage(step), step.created_at)
 
 
 def _group_cost(store, group) -> Cost | None:
-    prices = pricing.lookup(group.model)
+    prices = rates.lookup(group.model)
     if prices is None:
         return None
     starts = prices.tier_starts
@@ -71,9 +179,9 @@ def _group_cost(store, group) -> Cost | None:
         # Some request of this group may have passed a tier: the tier applies per request.
         calls = [s for s in store.step_tokens(group.run_id)
                  if (s.model or group.model) == group.model and s.created_at[:10] == group.day]
-        return pricing.add_costs(pricing.cost_of(prices, step_usage(s), s.created_at) for s in calls)
+        return add_costs(cost_of(prices, step_usage(s), s.created_at) for s in calls)
     usage = Usage(group.input_tokens, group.cache_write_tokens, group.cache_read_tokens, group.output_tokens)
-    return pricing.cost_of(prices, usage, group.day, request_size=group.largest_input)
+    return cost_of(prices, usage, group.day, request_size=group.largest_input)
 
 
 def _sum_groups(store, groups: Iterable) -> RunCost:
@@ -87,7 +195,7 @@ def _sum_groups(store, groups: Iterable) -> RunCost:
         calls += group.calls
         input_tokens += group.input_tokens
         read += group.cache_read_tokens
-    return RunCost(pricing.add_costs(costs), calls, input_tokens, read, tuple(sorted(unpriced)))
+    return RunCost(add_costs(costs), calls, input_tokens, read, tuple(sorted(unpriced)))
 
 
 def run_costs(store, run_ids: Iterable[str]) -> dict[str, RunCost]:
@@ -106,24 +214,6 @@ def run_cost(store, run_id: str) -> RunCost:
 # -- spend over time -------------------------------------------------------------------------------
 
 SPEND_KEYS = ("agent", "model", "day")
-_SPAN = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.I)
-_SPAN_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_since(text: str, now: datetime | None = None) -> str:
-    """``7d``, ``24h``, ``30m``, ``2w`` ago, or a date / ISO time (UTC): the ISO time spend is counted from."""
-    now = now or clock.now()
-    span = _SPAN.match(text or "")
-    if span:
-        moment = now - timedelta(**{_SPAN_UNITS[span.group(2).lower()]: int(span.group(1))})
-        return clock.iso(moment)
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--since {text!r}: expected a span like 7d, 24h, 30m, 2w or a date like 2026-11-01") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=clock.now().tzinfo)
-    return clock.iso(moment)
 
 
 @dataclass(frozen=True)
@@ -183,7 +273,6 @@ def since_label(since: str | None) -> str:
     return "all time" if since is None else f"since {since[:16].replace('T', ' ')} UTC"
 
 
-
 # -- how a run's money reads (CLI and dashboard alike) ------------------------------------------------
 
 
@@ -197,14 +286,14 @@ def budget_text(budget_usd: Decimal | None, spent: Decimal | None) -> str | None
     """``$0.1234 / $0.50`` (spent / budget), or None for a run without a dollar budget."""
     if budget_usd is None:
         return None
-    return f"{pricing.format_usd(spent)} / {pricing.format_usd(budget_usd)}"
+    return f"{format_usd(spent)} / {format_usd(budget_usd)}"
 
 
 def run_cost_json(run_cost: RunCost, budget_usd: Decimal | None = None) -> dict:
     """The cost fields of ``runs --json``."""
     cost = run_cost.cost
-    return {"cost_usd": pricing.usd_number(run_cost.total),
+    return {"cost_usd": usd_number(run_cost.total),
             "cost_split_usd": cost.split_json() if cost is not None else None,
             "cache_hit_rate": None if run_cost.cache_hit_rate is None else round(run_cost.cache_hit_rate, 4),
-            "budget_usd": pricing.usd_number(budget_usd),
+            "budget_usd": usd_number(budget_usd),
             "unpriced_models": list(run_cost.unpriced_models)}

@@ -1,8 +1,12 @@
 """The next call before it is made: its size, whether the prompt cache is likely warm, and its price.
 
 Used three ways: ``dayflow resume --dry-run`` and the dashboard's line under
-Resume (what pressing it will cost), and the loop's dollar budget (whether the
-next call fits in what is left).
+Resume (what pressing it will cost: ``ResumeEstimate``), and the loop's dollar
+budget (whether the next call fits in what is left).
+
+The request itself is the agent's to build (``agent.resume_request`` builds
+the one a resume would send, exactly as the loop builds it); this module only
+prices a request it is handed, so money never imports the agent.
 
 - **Size.** With an API key, the API's own count (``messages.count_tokens``,
   free, no reply bought). Otherwise an estimate: the previous call's exact
@@ -26,10 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from .. import clock, pricing
-from ..pricing import Cost, ModelPrices, Usage
+from .. import clock
+from . import rates
+from .cost import Cost, RunCost, Usage, cost_of, format_usd, run_cost
+from .rates import MILLION, ModelPrices
 from .tokens import estimate_tokens
 
 TTL_SECONDS = {"5m": 300, "1h": 3600}
@@ -86,7 +91,7 @@ class NextCall:
         if self.prices is None:
             return None
         output = self.expected_output_tokens if output_tokens is None else output_tokens
-        return pricing.cost_of(self.prices, self.usage(warm=warm, output_tokens=output), clock.now(),
+        return cost_of(self.prices, self.usage(warm=warm, output_tokens=output), clock.now(),
                                cache_ttl=self.ttl or "5m")
 
     @property
@@ -106,7 +111,7 @@ class NextCall:
         """Dollars per output token at this request's size."""
         if self.prices is None:
             return None
-        return self.prices.rates_on(clock.today())["output"].at(self.input_tokens) / pricing.MILLION
+        return self.prices.rates_on(clock.today())["output"].at(self.input_tokens) / MILLION
 
     def size_note(self) -> str:
         return "counted by the API" if self.counted else "estimated"
@@ -122,7 +127,7 @@ class NextCall:
 
 
 def duration(seconds: float) -> str:
-    """``45s``, ``2m 10s``, ``1h 05m``, ``2d 3h``."""
+    """``45s``, ``2m 10s``, ``1h 05m``, ``2d 3h`` (not money's job: it goes to the one duration formatter)."""
     seconds = max(int(seconds), 0)
     if seconds < 60:
         return f"{seconds}s"
@@ -144,7 +149,7 @@ def _shared_prefix(previous: list[dict], following: list[dict]) -> int:
 
 def predict(request: dict, previous: PreviousCall | None, *, expected_output_tokens: int,
             counted_tokens: int | None = None, now: datetime | None = None) -> NextCall:
-    """The next call for ``request`` (as ``loop.build_request`` makes it), after ``previous``."""
+    """The next call for ``request`` (as the agent's ``build_request`` makes it), after ``previous``."""
     messages = request["messages"]
     est_messages = estimate_tokens(messages)
     if counted_tokens is not None:
@@ -169,15 +174,54 @@ def predict(request: dict, previous: PreviousCall | None, *, expected_output_tok
     return NextCall(model=request["model"], messages=len(messages), input_tokens=size,
                     counted=counted_tokens is not None, cached_prefix_tokens=prefix, ttl=cache_ttl(request),
                     seconds_since_last=since, expected_output_tokens=expected_output_tokens,
-                    max_output_tokens=int(request.get("max_tokens") or 0), prices=pricing.lookup(request["model"]))
-
-
-def count_tokens(client: Any, request: dict) -> int:
-    """The API's count of ``request``'s input (``POST /v1/messages/count_tokens``): free, buys no reply."""
-    fields = {key: request[key] for key in ("model", "messages", "system", "tools") if key in request}
-    return int(client.messages.count_tokens(**fields).input_tokens)
+                    max_output_tokens=int(request.get("max_tokens") or 0), prices=rates.lookup(request["model"]))
 
 
 def expected_output(largest_so_far: int, max_tokens: int) -> int:
     """The reply size a prediction assumes: the run's largest so far, else a quarter of max_tokens."""
     return min(largest_so_far or max_tokens // 4, max_tokens)
+
+
+# -- the price of a resume ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResumeEstimate:
+    """What resuming a run will likely cost before anything is paid (``dayflow resume --dry-run``, the dashboard)."""
+
+    run_id: str
+    call: NextCall
+    spent: RunCost  # the committed steps: paid once, not paid again by a resume
+    pending_tools: int  # tool calls of the last step that a resume runs before its call (no call for them)
+    count_error: str | None = None  # why the API's count could not be had (the estimate stands)
+    budget_usd: Decimal | None = None  # the run's dollar budget
+
+    def line(self) -> str:
+        """One line: what the next call likely costs, why (the cache), and what it would cost otherwise."""
+        call = self.call
+        warm, cold = call.warm_cost, call.cold_cost
+        size = f"{call.input_tokens:,} tokens ({call.size_note()})"
+        if self.pending_tools:
+            size += f" + results of {self.pending_tools} tool call(s)"
+        if warm is None or cold is None:
+            return f"next call: price unknown for {call.model} · {size}"
+        if call.ttl is None or call.seconds_since_last is None:
+            return f"next call ≈ {format_usd(cold.total)}, cache cold ({call.cache_note().split(': ', 1)[-1]}) · {size}"
+        since = f"last call {duration(call.seconds_since_last or 0)} ago"
+        if call.warm:
+            return (f"next call ≈ {format_usd(warm.total)}, cache warm ({since} < {call.ttl}); "
+                    f"{format_usd(cold.total)} if cold · {size}")
+        return (f"next call ≈ {format_usd(cold.total)}, cache cold ({since} > {call.ttl}); "
+                f"{format_usd(warm.total)} if warm · {size}")
+
+
+def price_resume(store, run, request: dict, previous: PreviousCall | None, *, pending_tools: int,
+                 largest_output: int, counted_tokens: int | None = None,
+                 count_error: str | None = None) -> ResumeEstimate:
+    """Price the request a resume of ``run`` would send (built by the agent), with what the run spent so far.
+
+    ``largest_output``: the run's largest reply so far (the reply size assumed); reads only.
+    """
+    call = predict(request, previous, counted_tokens=counted_tokens,
+                   expected_output_tokens=expected_output(largest_output, int(request.get("max_tokens") or 0)))
+    return ResumeEstimate(run.id, call, run_cost(store, run.id), pending_tools, count_error, run.budget_usd)

@@ -1,4 +1,7 @@
-"""Token estimates that need no model and no network."""
+"""Token estimates that need no model and no network: what a request will be billed by, before the API counts it.
+
+The agent uses them to decide when to compact; ``money.estimate`` to price a call before it is made.
+"""
 
 from __future__ import annotations
 
