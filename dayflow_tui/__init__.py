@@ -1,3 +1,42 @@
-"""Dayflow: durable LLM agent runs that survive crashes and never pay twice."""
+"""Dayflow: durable LLM agent runs that survive crashes and never pay twice.
+
+The public API, for agents written as code::
+
+    from dayflow_tui import Agent, tool
+
+``Agent``, ``tool``, ``Param`` and ``ToolContext`` (``agent.define``) and
+``open_store`` (``store``) are imported when first asked for, so
+``import dayflow_tui`` costs nothing: the SDK (``anthropic``), Textual and
+Peewee stay out of every process that does not use them (the CLI's reading
+commands start fast; tests/test_startup_imports.py measures it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["Agent", "Param", "ToolContext", "__version__", "open_store", "tool"]
+
+if TYPE_CHECKING:
+    from .agent.define import Agent, Param, ToolContext, tool
+    from .store import open_store
+
+
+def __getattr__(name: str) -> Any:
+    # Each name is imported on first use and then kept in the module, so this runs once per name.
+    if name in ("Agent", "Param", "ToolContext", "tool"):
+        from .agent import define
+
+        value = getattr(define, name)
+    elif name == "open_store":
+        from .store import open_store as value
+    else:
+        raise AttributeError(f"module 'dayflow_tui' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

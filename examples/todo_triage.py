@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from dayflow_tui.agent.define import Agent, Param, ToolContext, tool
+from dayflow_tui import Agent, Param, ToolContext, tool
 
 MARKER = re.compile(r"\b(TODO|FIXME)\b[:\s]*(.*)")
 SKIP = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ci"}
