@@ -29,10 +29,10 @@ class RawCommitter:
     """The same transaction as ``append_step`` in plain sqlite3."""
 
     def __init__(self, path: Path, run_id: str, lease_token: str):
-        from dayflow_tui.store.backends import SqliteBackend
+        from dayflow_tui.store.dialect import SqliteDialect
 
         self.conn = sqlite3.connect(str(path), isolation_level=None, timeout=10)
-        for name, value in SqliteBackend.PRAGMAS.items():
+        for name, value in SqliteDialect.PRAGMAS.items():
             self.conn.execute(f"PRAGMA {name} = {value}")
         self.run_id = run_id
         self.token = lease_token

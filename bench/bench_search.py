@@ -132,16 +132,19 @@ _STEP_COLUMNS = "run_id, n, stop_reason, assistant, tool_results, input_tokens, 
 def build(store, runs: int, say: Callable[[str], None]) -> dict:
     """Fill ``store`` with ``runs`` generated runs (rows written directly, no index), then build the index
     the way the migration does. Returns the sizes before and after and the time the index build took."""
-    from dayflow_tui.store import search
+    from dayflow_tui.store.dialect.sqlite import FTS
+    from dayflow_tui.store.search import backfill
+    from dayflow_tui.store.search.docs import DOCS
+    from dayflow_tui.terminal_progress import ProgressBar
 
     workload = Workload()
     db = store.db
     started = time.perf_counter()
     with store.write_transaction():
-        db.execute_sql(f'DROP TABLE IF EXISTS "{search.FTS}"')
-        db.execute_sql(f'DROP TABLE IF EXISTS "{search.DOCS}"')
+        db.execute_sql(f'DROP TABLE IF EXISTS "{FTS}"')
+        db.execute_sql(f'DROP TABLE IF EXISTS "{DOCS}"')
     store._search_state = None
-    if store.is_postgres:
+    if store.dialect.name == "postgres":
         raw = db.connection()
         batch_runs: list[tuple] = []
         batch_steps: list[tuple] = []
@@ -182,12 +185,10 @@ def build(store, runs: int, say: Callable[[str], None]) -> dict:
     before = _db_size(store)
     say(f"  rows written in {rows_s:.0f} s ({size(before)}); building the index")
     started = time.perf_counter()
-    with store.write_transaction():
-        search._create_docs_table(store)
-        if not store.is_postgres:
-            search._create_fts_table(store)
+    with store.write_transaction(), ProgressBar.for_stderr("  indexing") as bar:
+        store.dialect.create_search_tables(db)
         store._search_state = None
-        written = search._fill(store, search.Progress.for_stderr("  indexing"))
+        written = backfill.fill(store, bar)
     index_s = time.perf_counter() - started
     after = _db_size(store)
     say(f"  index built in {index_s:.0f} s ({written:,} places; {size(after)})")
@@ -195,7 +196,7 @@ def build(store, runs: int, say: Callable[[str], None]) -> dict:
 
 
 def _db_size(store) -> int:
-    if store.is_postgres:
+    if store.dialect.name == "postgres":
         return store.db.execute_sql(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = current_schema() "
@@ -223,7 +224,7 @@ def queries(words: list[str]) -> list[tuple[str, str, list[str], str]]:
 
 
 def _like_sql(store, needles: int) -> str:
-    op = "ILIKE" if store.is_postgres else "LIKE"
+    op = "ILIKE" if store.dialect.name == "postgres" else "LIKE"
     p = store.db.param
     one = f"(assistant {op} {p} OR tool_results {op} {p})"
     return (f"SELECT run_id, n FROM steps WHERE {' AND '.join([one] * needles)} "
@@ -372,7 +373,7 @@ def _big(label: str, target: str, existed: bool, runs: int, rounds: int, say) ->
             built = build(store, runs, say)
         say(f"{label}: queries")
         rows = query_rows(store, label, rounds)
-        if store.is_postgres:
+        if store.dialect.name == "postgres":
             say(f"{label}: the pg_trgm alternative")
             rows += trigram_rows(store, label, rounds)
         if built:

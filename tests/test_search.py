@@ -20,6 +20,7 @@ from dayflow_tui.search.query import QueryError, check_searchable, parse, parse_
 from dayflow_tui.search.text import snippet, words
 from dayflow_tui.store import StepRecord, open_store
 from dayflow_tui.store import search as index
+from dayflow_tui.store.dialect import sqlite as sqlite_dialect
 
 from .conftest import dayflow_cmd, run_on_a_terminal
 
@@ -249,7 +250,7 @@ def test_forgetting_runs_takes_them_out_of_the_index(store):
     for word in ("aardvark", "bandicoot", "echidna", "gecko", "hedgehog"):
         assert find(store, word) == [], word
     assert len(find(store, "quokka")) == 1
-    if not store.is_postgres:  # FTS5 checks its own structure
+    if store.dialect.name == "sqlite":  # FTS5 checks its own structure
         store.db.execute_sql("INSERT INTO search_fts(search_fts, rank) VALUES ('integrity-check', 0)")
         left = store.db.execute_sql("SELECT count(*) FROM search_fts WHERE search_fts MATCH 'aardvark'").fetchone()
         assert left == (0,)
@@ -307,10 +308,61 @@ def test_the_migration_draws_a_progress_bar_only_on_a_terminal(db_path, monkeypa
         assert found.returncode == 0 and ">>echidna<<" in found.stdout
 
 
-def test_without_fts5_search_scans_and_says_so_then_reindex_builds_the_index(db_path, monkeypatch, capsys):
-    monkeypatch.setattr(index, "fts5_available", lambda db: False)
-    store = open_store(db_path)
-    assert "has no FTS5" in capsys.readouterr().err
+_QUIET_STORE = """
+import json, sys
+from dayflow_tui.store import open_store
+target, out = sys.argv[1], sys.argv[2]
+migrated, rebuilt = [], []
+store = open_store(target, on_progress=lambda done, total: migrated.append([done, total]))
+store.rebuild_search_index(on_progress=lambda done, total: rebuilt.append([done, total]))
+store.close()
+with open(out, "w") as fh:
+    json.dump({"migrated": migrated, "rebuilt": rebuilt}, fh)
+"""
+
+
+def test_the_store_reports_progress_and_writes_nothing_even_on_a_terminal(db_target, monkeypatch, tmp_path):
+    """The migration and the rebuild call on_progress after each step; the store never draws a bar itself
+    (it used to, on a terminal): whoever opened it decides what to show."""
+    import os
+
+    _before_search(db_target, monkeypatch)
+    out = tmp_path / "progress.json"
+    env = {**os.environ, "DAYFLOW_OFFLINE_DELAY": "0"}
+    done, drawn = run_on_a_terminal([sys.executable, "-c", _QUIET_STORE, db_target, str(out)], stream="stderr",
+                                    env=env)
+    assert done.returncode == 0, done.stdout
+    assert drawn == b"" and done.stdout == b""
+    reported = json.loads(out.read_text())
+    assert reported["migrated"] == [[1, 2], [2, 2]]  # placed_runs commits two steps
+    assert reported["rebuilt"] == [[1, 2], [2, 2]]
+
+
+def test_without_fts5_the_front_end_prints_the_note(db_path, monkeypatch):
+    """The store hands its one note to on_note; the CLI prints it as a note line (the store prints nothing)."""
+    import os
+
+    _before_search(str(db_path), monkeypatch)
+
+    script = ("import sys\n"
+              "from dayflow_tui.store.dialect import sqlite\n"
+              "sqlite.fts5_available = lambda db: False  # stands in for a SQLite built without FTS5\n"
+              "from dayflow_tui.cli import main\n"
+              "sys.exit(main(['migrate', '--db', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(db_path)], capture_output=True, text=True,
+                          env={**os.environ, "DAYFLOW_OFFLINE_DELAY": "0"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "has no FTS5" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"dayflow: note: {db_path}: this SQLite (SQLite ")
+    assert "dayflow search --reindex" in notes[0]
+
+
+def test_without_fts5_search_scans_and_says_so_then_reindex_builds_the_index(db_path, monkeypatch, capfd):
+    monkeypatch.setattr(sqlite_dialect, "fts5_available", lambda db: False)
+    notes: list[str] = []
+    store = open_store(db_path, on_note=notes.append)
+    assert len(notes) == 1 and "has no FTS5" in notes[0] and "dayflow search --reindex" in notes[0]
+    assert capfd.readouterr() == ("", "")  # the store says it through on_note, never on the terminal
     placed_runs(store)
     result = store.search(parse("echidna"))
     assert not result.indexed and "no FTS5" in result.note
@@ -328,7 +380,7 @@ def test_without_fts5_search_scans_and_says_so_then_reindex_builds_the_index(db_
 def test_a_process_without_fts5_marks_the_index_as_behind(db_path, monkeypatch):
     store = open_store(db_path)
     placed_runs(store)
-    monkeypatch.setattr(index, "fts5_available", lambda db: False)
+    monkeypatch.setattr(sqlite_dialect, "fts5_available", lambda db: False)
     store._search_state = None
     store.create_run("written where the index cannot follow: koala", model="offline", run_id="run-blind-01")
     monkeypatch.undo()

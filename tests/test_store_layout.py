@@ -156,7 +156,10 @@ def test_the_core_never_imports_textual(tmp_path):
     """The import-linter contracts in pyproject.toml: store and agent stay free of any front end."""
     result = subprocess.run([str(BIN / "lint-imports")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken" in result.stdout
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert len(contracts) >= 5 and f"Contracts: {len(contracts)} kept, 0 broken" in result.stdout  # every one ran
     # And at run time: starting and driving a run loads no Textual module.
     code = ("import sys; from dayflow_tui.store import open_store; from dayflow_tui.agent.loop import run_brief; "
             "s = open_store(sys.argv[1]); run_brief(s, model='offline'); "

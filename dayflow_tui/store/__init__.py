@@ -1,16 +1,17 @@
 """The store: runs, steps, tasks and leases in one SQLite file or a PostgreSQL database.
 
 One module per job: ``models`` (the tables), ``status`` (the one RunStatus
-vocabulary), ``schema`` (migrations as an ordered list), ``backends`` (what
-differs between SQLite and PostgreSQL), ``retry`` (the reconnect policy),
+vocabulary), ``schema`` (migrations as an ordered list), ``retry`` (the reconnect policy),
 ``runs``, ``steps``, ``tasks``, ``leases``, ``spool`` (paid replies that could
-not be committed), and ``core`` (the ``Store`` and ``open_store``). Every
+not be committed), ``search`` (the index), and ``core`` (the ``Store`` and
+``open_store``); ``dialect`` holds everything that differs between SQLite and
+PostgreSQL. Every
 public method turns a database failure into ``StoreError`` with one
 readable line. The store knows nothing of the agent or any front end.
 """
 
 from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
-from .backends import CHANGE_SLOTS, is_url, safe_url
+from .dialect import CHANGE_SLOTS, is_url, safe_url
 from .core import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
                      pid_alive, process_start_time)

@@ -1,8 +1,9 @@
 """The store: one open Dayflow database, its connection, and opening it.
 
 ``Store`` is assembled from one part per job (runs, steps, tasks, leases);
-what differs between SQLite and PostgreSQL is its ``backend``. Front ends and
-the agent call these methods; nothing else runs SQL.
+what differs between SQLite and PostgreSQL is its ``dialect``. Front ends and
+the agent call these methods; nothing else runs SQL. The store writes
+nothing to the terminal: long work reports through callbacks.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
@@ -19,13 +19,13 @@ import peewee
 
 from .. import clock, settings
 from ..errors import StoreError
-from .backends import Backend, SqliteBackend, backend_for
+from .dialect import Dialect, dialect_for
 from .leases import LeaseQueries
 from .models import bound_to
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, store_call
 from .runs import RunQueries
 from .schema import migrate
-from .search import SearchQueries
+from .search import OnNote, OnProgress, SearchQueries
 from .spend import SpendQueries
 from .approvals import ApprovalQueries
 from .forks import ForkQueries
@@ -37,13 +37,16 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, S
             ForkQueries):
     """One open Dayflow database. Each store owns its database handle; two in one process stay apart."""
 
-    def __init__(self, backend: Backend):
-        self.backend = backend
-        self.label = backend.label
-        self.db: peewee.Database = backend.connect()
+    def __init__(self, dialect: Dialect):
+        self.dialect = dialect
+        self.label = dialect.label
+        self.db: peewee.Database = dialect.connect()
         # Caps the retry window of every call but the commits of paid work (None: retry.RETRY_FOR_S).
         # The dashboard sets it low: a poll that cannot reconnect at once reports and tries next tick.
         self.retry_for: float | None = None
+        # Where a migration reports while ``open_store`` runs it (search.backfill); None: nobody listens.
+        self.migration_progress: OnProgress | None = None
+        self.migration_note: OnNote | None = None
         # Code outside any store method (tests reading rows) falls back to the newest store.
         from .models import database_proxy
 
@@ -61,13 +64,14 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, S
     # -- connection ------------------------------------------------------
 
     @property
-    def is_postgres(self) -> bool:
-        return self.backend.kind == "postgres"
+    def backend(self) -> Dialect:
+        """The dialect under its older name (some verbs still say ``self.backend``; the Store rewrite drops it)."""
+        return self.dialect
 
     @property
     def short_label(self) -> str:
         """A title-sized name: the file name, or ``dbname@host`` (never a password)."""
-        return self.backend.short_label
+        return self.dialect.short_label
 
     def close(self) -> None:
         if not self.db.is_closed():
@@ -99,31 +103,26 @@ class Store(RunQueries, StepQueries, TaskQueries, LeaseQueries, SearchQueries, S
             yield self
 
     def write_transaction(self) -> contextlib.AbstractContextManager:
-        return self.backend.write_transaction(self.db)
+        return self.dialect.write_transaction(self.db)
 
     def verify_same_database(self) -> None:
         """Raise ``StoreError`` before a paid call whose reply would land where nobody looks (SQLite: a moved file)."""
-        self.backend.verify_same_database(self.db)
+        self.dialect.verify_same_database(self.db)
 
     @store_call
     def change_marker(self) -> tuple:
         """Cheap value that changes whenever another connection commits."""
-        return self.backend.change_marker(self.db)
+        return self.dialect.change_marker(self.db)
 
     @store_call
     def db_now(self, plus_seconds: float = 0.0) -> str:
         """The database's current time as stored text (the host clock on SQLite, or when pinned)."""
-        column = self.backend.now_column()
+        column = self.dialect.now_column()
         now = clock.iso() if column is None else peewee.Select(columns=[column]).bind(self.db).scalar()
         if not plus_seconds:
             return now
         moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=plus_seconds)
         return clock.iso(moment)
-
-
-# A ~2.5 KB step row took a 4 KB page of its own; 16 KB pages hold several: a third fewer bytes
-# per step, commits and reads no slower (bench item 9). New files only: an existing file keeps its pages.
-NEW_FILE_PAGE_SIZE = 16384
 
 
 def _checked_schema(store: Store, *, create: bool, upgrade: bool) -> None:
@@ -142,54 +141,29 @@ def _checked_schema(store: Store, *, create: bool, upgrade: bool) -> None:
             time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
 
 
-def _create_private_file(path: Path) -> None:
-    """Create the database file owner-only before SQLite touches it (SQLite gives -wal and -shm its mode),
-    as an empty WAL database: the first write fixes a file's page size and auto-vacuum mode, so both are set
-    here, before WAL mode. Incremental auto-vacuum lets ``dayflow vacuum`` give free pages back a megabyte
-    per short transaction while workers and the dashboard go on (store.retention)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    os.close(fd)
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        conn.execute("PRAGMA journal_mode = wal")
-    finally:
-        conn.close()
-
-
 def default_db_path() -> Path:
     """The default file, ``dayflow.db`` in the user's data directory (``~/.local/share/dayflow/``)."""
     return settings.current().default_db_path
 
 
-def open_store(target: str | os.PathLike | None = None, *, create: bool = True, upgrade: bool = True) -> Store:
+def open_store(target: str | os.PathLike | None = None, *, create: bool = True, upgrade: bool = True,
+               on_progress: OnProgress | None = None, on_note: OnNote | None = None) -> Store:
     """Open the database at ``target``: a file path, ``sqlite:///PATH`` or ``postgresql://USER@HOST:PORT/DBNAME``.
 
     None means the ``db`` setting (``$DAYFLOW_DB``), else the default file.
     ``create=False`` refuses a missing file (or a database without Dayflow's
     tables) instead of making an empty one; ``upgrade=False`` (a command that
     only reads) refuses an older schema instead of migrating it.
+    ``on_progress(done, total)``: steps indexed so far by a migration that
+    builds the search index (the one long step); ``on_note(text)``: a line for
+    a person (the index cannot be built here). The store prints nothing.
     """
     if target is None:
         target = settings.current().db or default_db_path()
-    backend = backend_for(target)
-    if isinstance(backend, SqliteBackend):
-        path = backend.path
-        if path.is_dir():
-            raise StoreError(f"{backend.label}: is a directory, not a database file")
-        if not path.exists():
-            if not create:
-                raise StoreError(f"{backend.label}: no such database file")
-            try:
-                _create_private_file(path)
-            except OSError as exc:
-                raise StoreError(f"{backend.label}: cannot create database ({exc.strerror})") from exc
-        elif not create and path.stat().st_size == 0:
-            # Checked before connecting: opening would write a header (WAL mode) into a file we only read.
-            raise StoreError(f"{backend.label}: no Dayflow tables in this file yet (nothing to read)")
-    store = Store(backend)
+    dialect = dialect_for(target)
+    dialect.prepare(create=create)
+    store = Store(dialect)
+    store.migration_progress, store.migration_note = on_progress, on_note
     try:
         _checked_schema(store, create=create, upgrade=upgrade)
     except StoreError:
@@ -199,5 +173,7 @@ def open_store(target: str | os.PathLike | None = None, *, create: bool = True, 
         if not is_driver_error(exc):
             raise
         store.close()
-        raise StoreError(f"{backend.label}: {describe(exc)}") from exc
+        raise StoreError(f"{dialect.label}: {describe(exc)}") from exc
+    finally:
+        store.migration_progress = store.migration_note = None
     return store

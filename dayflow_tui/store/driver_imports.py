@@ -1,11 +1,12 @@
 """Peewee without the database drivers a store does not use: psycopg is imported only for PostgreSQL.
 
 Peewee imports every driver it can find when it is imported (psycopg2,
-psycopg 3, pymysql/MySQLdb), so with the ``postgres`` extra installed every
+psycopg 3, pymysql/MySQLdb), so with the PostgreSQL extra installed every
 SQLite command paid for psycopg (about half of ``dayflow runs``' time here).
 Importing this module first imports Peewee with those drivers hidden; the
-PostgreSQL backend calls ``load_psycopg`` when a URL is opened, which imports
-psycopg 3 and hands it to Peewee exactly as Peewee's own import would have.
+PostgreSQL dialect calls its ``load_psycopg`` when a URL is
+opened, which imports psycopg 3 and hands it to Peewee exactly as Peewee's
+own import would have. This module names the drivers but imports none.
 
 It must be imported before anything else imports Peewee: ``dayflow_tui.store``
 imports it first. A process that imported Peewee earlier keeps Peewee as it
@@ -15,7 +16,6 @@ is (with whatever drivers it found), and ``load_psycopg`` still works there.
 from __future__ import annotations
 
 import sys
-import threading
 
 # What Peewee tries at import time, other than SQLite (see the top of peewee.py).
 _DRIVERS = ("psycopg2cffi", "psycopg2", "psycopg", "pymysql", "MySQLdb")
@@ -38,26 +38,3 @@ def _import_peewee_without_drivers():
 
 
 peewee = _import_peewee_without_drivers()
-_loading = threading.Lock()
-
-
-def load_psycopg() -> None:
-    """Import psycopg 3 and give it to Peewee (once). ``ImportError`` when it is not installed.
-
-    Mirrors Peewee's import-time block: the module globals its PostgreSQL
-    adapter reads, and the transaction states it stores on the adapter class.
-    """
-    with _loading:
-        if peewee.psycopg is not None:
-            return
-        import psycopg
-        from psycopg.pq import TransactionStatus
-        from psycopg.types.json import Json, Jsonb
-
-        adapter = peewee.Psycopg3Adapter
-        adapter.txn_idle = TransactionStatus.IDLE
-        adapter.txn_inerror = TransactionStatus.INERROR
-        adapter.txn_unknown = TransactionStatus.UNKNOWN
-        peewee.TransactionStatus = TransactionStatus
-        peewee.Json_pg3, peewee.Jsonb_pg3 = Json, Jsonb
-        peewee.psycopg = psycopg  # last: Peewee picks the psycopg 3 adapter once this is set

@@ -195,7 +195,7 @@ class LeaseQueries:
     """The store's lease operations (a part of ``Store``)."""
 
     def _owner_values(self: "Store", token: str) -> dict:
-        now = self.backend.now()
+        now = self.dialect.now()
         return dict(owner_host=this_host(), owner_pid=os.getpid(), owner_started=OWN_START, lease_token=token,
                     heartbeat_at=now, updated_at=now)
 
@@ -293,7 +293,7 @@ class LeaseQueries:
         with self.write_transaction():
             # Interrupted: "running" with no lease, a stale heartbeat, or an owner on this
             # host (whose pid is checked here, since SQL cannot see processes).
-            orphans = self.backend.skip_locked(
+            orphans = self.dialect.skip_locked(
                 Run.select().where(Run.status == RunStatus.RUNNING, ready,
                                    Run.lease_token.is_null() | Run.heartbeat_at.is_null()
                                    | (Run.heartbeat_at < cutoff) | (Run.owner_host == this_host()))
@@ -304,7 +304,7 @@ class LeaseQueries:
                     continue
                 if self._swap_lease(run, token):
                     return Lease(self, run.id, token)
-            queued = self.backend.skip_locked(
+            queued = self.dialect.skip_locked(
                 Run.select().where(Run.status == RunStatus.QUEUED, ready).order_by(Run.created_at, Run.id).limit(1))
             for run in queued:
                 if self._swap_lease(run, token):
@@ -315,7 +315,7 @@ class LeaseQueries:
     def heartbeat(self: "Store", lease: Lease) -> bool:
         """Refresh the lease; False when another process has taken it over."""
         with self.write_transaction():
-            return (Run.update(heartbeat_at=self.backend.now())
+            return (Run.update(heartbeat_at=self.dialect.now())
                     .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute()) == 1
 
     @store_call
@@ -325,5 +325,5 @@ class LeaseQueries:
         forget_token(lease.token)
         with self.write_transaction():
             (Run.update(owner_host=None, owner_pid=None, owner_started=None, lease_token=None, heartbeat_at=None,
-                        updated_at=self.backend.now())
+                        updated_at=self.dialect.now())
              .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute())

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 import peewee
@@ -40,9 +39,8 @@ if TYPE_CHECKING:
 PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET)
 DEFAULT_PRUNE = (RunStatus.DONE,)
 _CHUNK = 200
-# Incremental vacuum: bytes freed per write transaction, and the pause that lets a waiting writer in.
-VACUUM_BYTES_PER_STEP = 1 << 20
-VACUUM_PAUSE_S = 0.01
+# The tables whose bytes a vacuum reports and (PostgreSQL) analyzes.
+_TABLES = (Run, Step, Task, RunResume)
 
 
 def parse_statuses(text: str) -> tuple[RunStatus, ...]:
@@ -88,9 +86,7 @@ class PruneReport:
 
 
 def _octets(store: "Store", column: peewee.Field):
-    if store.is_postgres:
-        return fn.OCTET_LENGTH(column)
-    return fn.LENGTH(peewee.Cast(column, "BLOB"))
+    return store.dialect.octet_length(column)
 
 
 def _chunks(items: list, size: int = _CHUNK) -> Iterable[list]:
@@ -136,8 +132,7 @@ def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
         for chunk in _chunks(candidates):
             seen = {c.id: c for c in chunk}
             now = Run.select(Run.id, Run.status, Run.updated_at, Run.step_count).where(Run.id.in_(list(seen)))
-            if store.is_postgres:
-                now = now.for_update()  # a claim racing this delete waits, then finds no run
+            now = store.dialect.locked_until_commit(now)  # a claim racing this delete waits, then finds no run
             current = {r.id: (r.status, r.updated_at, r.step_count) for r in now}
             gone = []
             for run_id, candidate in seen.items():
@@ -163,14 +158,8 @@ def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
 # -- sizes and vacuum --------------------------------------------------------
 
 
-def _pragma(store: "Store", name: str) -> int:
-    return int(store.db.execute_sql(f"PRAGMA {name}").fetchone()[0])
-
-
 def _free_bytes(store: "Store") -> int | None:
-    if store.is_postgres:
-        return None
-    return _pragma(store, "freelist_count") * _pragma(store, "page_size")
+    return store.dialect.free_bytes(store.db)
 
 
 @dataclass
@@ -181,13 +170,7 @@ class DatabaseSize:
 
 @store_call
 def database_size(store: "Store") -> DatabaseSize:
-    if store.is_postgres:
-        tables = [m._meta.table_name for m in (Run, Step, Task, RunResume)]
-        total = sum(int(store.db.execute_sql("SELECT pg_total_relation_size(%s)", (f'"{t}"',)).fetchone()[0])
-                    for t in tables)
-        return DatabaseSize(total=total, free=None)
-    path = Path(store.label)
-    total = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    total = store.dialect.database_bytes(store.db, [m._meta.table_name for m in _TABLES])
     return DatabaseSize(total=total, free=_free_bytes(store))
 
 
@@ -198,69 +181,14 @@ class VacuumReport:
     seconds: float
     converted: bool = False  # SQLite: this run switched the file to incremental auto-vacuum (one full VACUUM)
     wal_truncated: bool = True  # False: a reader held the log; the file shrinks at a later checkpoint
-
-
-@store_call
-def _auto_vacuum_mode(store: "Store") -> int:
-    return _pragma(store, "auto_vacuum")
-
-
-@store_call
-def _convert_to_incremental(store: "Store") -> None:
-    """One full ``VACUUM``: it rewrites the file, so it holds the write lock for as long as that takes."""
-    store.db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")
-    store.db.execute_sql("VACUUM")
-
-
-@store_call
-def _vacuum_step(store: "Store") -> int:
-    """Free up to ``VACUUM_BYTES_PER_STEP`` in one short write transaction; the free pages left."""
-    pages = max(1, VACUUM_BYTES_PER_STEP // _pragma(store, "page_size"))
-    # executescript steps the pragma to its end (a plain execute frees one page per step).
-    store.db.connection().executescript(f"PRAGMA incremental_vacuum({pages});")
-    return _pragma(store, "freelist_count")
-
-
-# A truncating checkpoint holds off writers while it waits for readers: wait this long at most.
-CHECKPOINT_WAIT_MS = 250
-
-
-@store_call
-def _checkpoint(store: "Store") -> bool:
-    """Copy the log into the file and truncate it; False when a reader kept it from finishing.
-
-    The wait is cut short (``CHECKPOINT_WAIT_MS``, not the 10 s busy timeout)
-    because writers queue behind it; a log left whole shrinks at a later checkpoint.
-    """
-    usual = _pragma(store, "busy_timeout")
-    store.db.execute_sql(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
-    try:
-        busy, _log, _done = store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        store.db.execute_sql(f"PRAGMA busy_timeout = {usual}")
-    return busy == 0
-
-
-@store_call(cut_stalls=False)  # may rightly run long on a healthy server
-def _postgres_vacuum(store: "Store") -> None:
-    tables = ", ".join(f'"{m._meta.table_name}"' for m in (Run, Step, Task, RunResume))
-    store.db.execute_sql(f"VACUUM (ANALYZE) {tables}")
+    shrinks_files: bool = True  # False: the free space stays in the tables and is reused by new rows (PostgreSQL)
 
 
 def vacuum(store: "Store") -> VacuumReport:
     """Give free space back to the disk, safe while other processes read and write (module docstring)."""
     started = time.monotonic()
     before = database_size(store)
-    converted = False
-    truncated = True
-    if store.is_postgres:
-        _postgres_vacuum(store)
-    else:
-        if _auto_vacuum_mode(store) != 2:
-            _convert_to_incremental(store)
-            converted = True
-        while _vacuum_step(store) > 0:
-            time.sleep(VACUUM_PAUSE_S)
-        truncated = _checkpoint(store)
+    converted, truncated = store.dialect.vacuum(store, [m._meta.table_name for m in _TABLES])
     return VacuumReport(before=before, after=database_size(store), seconds=time.monotonic() - started,
-                        converted=converted, wal_truncated=truncated)
+                        converted=converted, wal_truncated=truncated,
+                        shrinks_files=store.dialect.vacuum_shrinks_files)

@@ -163,7 +163,7 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[["Store"],
                         if bounded:
                             _retry_state.try_ends = max(deadline, time.monotonic() + MIN_TRY_S)
                         try:
-                            with (self.backend.try_deadline(self.db, deadline - time.monotonic()) if bounded
+                            with (self.dialect.try_deadline(self.db, deadline - time.monotonic()) if bounded
                                   else contextlib.nullcontext(seen)) as seen:
                                 return method(self, *args, **kwargs)
                         except Exception as exc:

@@ -49,8 +49,8 @@ def add_column(store: "Store", model: type, field: peewee.Field) -> None:
 
 def _create_tables(store: "Store") -> None:
     """Schema 1: the tables as the models define them today (later steps check before altering)."""
-    store.db.create_tables(MODELS + store.backend.own_tables())
-    store.backend.after_create(store.db)
+    store.db.create_tables(MODELS + store.dialect.own_tables())
+    store.dialect.after_create(store.db)
 
 
 def _add_owner_started(store: "Store") -> None:
@@ -68,13 +68,11 @@ def _replies_as_sent(store: "Store") -> None:
     add_column(store, Step, Step.raw)
     add_column(store, Run, Run.attempts)
     add_column(store, Run, Run.not_before)
-    if store.backend.kind == "postgres":
-        widened = [(Run, Run.model, "TEXT"), (Step, Step.model, "TEXT"), (Step, Step.stop_reason, "TEXT")]
-        widened += [(Run, field, "BIGINT") for field in (Run.input_tokens, Run.output_tokens,
-                                                         Run.cache_creation_tokens, Run.cache_read_tokens)]
-        for model, field, kind in widened:
-            store.db.execute_sql(f'ALTER TABLE "{model._meta.table_name}" ALTER COLUMN "{field.column_name}" '
-                                 f"TYPE {kind}")
+    widened = [(Run, Run.model, "TEXT"), (Step, Step.model, "TEXT"), (Step, Step.stop_reason, "TEXT")]
+    widened += [(Run, field, "BIGINT") for field in (Run.input_tokens, Run.output_tokens,
+                                                     Run.cache_creation_tokens, Run.cache_read_tokens)]
+    for model, field, kind in widened:
+        store.dialect.widen_column(store.db, model._meta.table_name, field.column_name, kind)
 
 
 def _add_budget_usd(store: "Store") -> None:
@@ -136,8 +134,8 @@ def migrate(store: "Store", *, create: bool = True, upgrade: bool = True) -> Non
     (a command that only reads) never alters an older one: it names the
     command that upgrades it instead.
     """
-    backend, db = store.backend, store.db
-    version = backend.schema_version(db)
+    dialect, db = store.dialect, store.db
+    version = dialect.schema_version(db)
     if version > SCHEMA_VERSION:
         raise StoreError(f"{store.label}: written by a newer Dayflow (schema {version}); "
                          f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
@@ -145,24 +143,23 @@ def migrate(store: "Store", *, create: bool = True, upgrade: bool = True) -> Non
         return
     if version == 0 and not create:
         # Asked only to read (show, resume, runs, tasks on a named database): never create tables in it.
-        raise StoreError(f"{store.label}: no Dayflow tables in this {backend.container} yet (nothing to read)")
+        raise StoreError(f"{store.label}: no Dayflow tables in this {dialect.container} yet (nothing to read)")
     if not upgrade:
         raise StoreError(f"{store.label}: written by an older Dayflow (schema {version}; this one uses "
                          f"{SCHEMA_VERSION}); upgrade it once with: dayflow migrate --db {store.label}")
     with store.write_transaction():
-        backend.lock_migrations(db)
-        version = backend.schema_version(db)  # re-read under the lock
+        dialect.lock_migrations(db)
+        version = dialect.schema_version(db)  # re-read under the lock
         if version >= SCHEMA_VERSION:
             return
         created = version == 0
         if created:
             foreign = set(db.get_tables()) - DAYFLOW_TABLES
             if foreign:
-                hint = (" (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
-                        if backend.kind == "postgres" else "")
-                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it{hint}")
+                raise StoreError(f"{store.label}: holds tables that are not Dayflow's; refusing to touch it"
+                                 f"{dialect.foreign_tables_hint}")
         for step in MIGRATIONS[version:]:
             step(store)
         if created:
             _seed_sample_tasks()
-        backend.set_schema_version(db, SCHEMA_VERSION)
+        dialect.set_schema_version(db, SCHEMA_VERSION)

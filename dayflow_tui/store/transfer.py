@@ -124,8 +124,7 @@ def run_records(store: "Store", run_id: str) -> list[dict[str, Any]]:
 def _snapshot(store: Store) -> Iterator[None]:
     """One read transaction: SQLite's WAL snapshot, PostgreSQL's REPEATABLE READ."""
     with store.db.atomic():
-        if store.is_postgres:
-            store.db.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        store.dialect.begin_snapshot(store.db)
         yield
 
 
@@ -417,16 +416,6 @@ def _free_id(model: type[peewee.Model], wanted: int) -> bool:
     return not model.select(model.id).where(model.id == wanted).exists()
 
 
-def _reset_sequence(store: "Store", model: type[peewee.Model]) -> None:
-    """PostgreSQL: an id written explicitly does not move its serial sequence; the next one is past them all.
-
-    Safe under the import's table lock: no other insert holds a number from the sequence meanwhile.
-    """
-    table = model._meta.table_name
-    store.db.execute_sql(f"SELECT setval(pg_get_serial_sequence('\"{table}\"', 'id'), "
-                         f"(SELECT COALESCE(MAX(id), 0) + 1 FROM \"{table}\"), false)")
-
-
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) -> ImportReport:
     """Write a validated archive's rows in one transaction (see the module docstring)."""
@@ -438,11 +427,10 @@ def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) ->
         raise UsageError(f"run {first}{more} already exists in {store.label}; nothing imported "
                          "(--as-new imports under new run ids)")
     new_ids = {old: (uuid.uuid4().hex[:12] if as_new else old) for old in archive.run_ids}
+    kept_ids = [m._meta.table_name for m in (Task, RunResume, Approval)]  # rows that keep their own id when free
     with store.write_transaction():
-        if store.is_postgres:
-            # Ids are chosen here, then written: no concurrent insert may take one in between.
-            store.db.execute_sql(f'LOCK TABLE "{Task._meta.table_name}", "{RunResume._meta.table_name}", '
-                                 f'"{Approval._meta.table_name}" IN SHARE ROW EXCLUSIVE MODE')
+        # Ids are chosen here, then written: no concurrent insert may take one in between.
+        store.dialect.lock_for_new_ids(store.db, kept_ids)
         for where, kind, row in _parse(archive.path):
             if kind == "header":
                 continue
@@ -465,10 +453,7 @@ def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) ->
                 report.approvals += 1
             elif kind == "task":
                 _import_task(row, report)
-        if store.is_postgres:
-            _reset_sequence(store, Task)
-            _reset_sequence(store, RunResume)
-            _reset_sequence(store, Approval)
+        store.dialect.after_explicit_ids(store.db, kept_ids)
         # Written around the commit paths, so indexed here, in the same transaction, as they would have been.
         index_runs(store, [new for _old, new in report.runs])
     return report

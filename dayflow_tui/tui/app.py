@@ -28,6 +28,7 @@ from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
 from ..safe_text import one_line, printable
 from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
+from ..terminal_progress import ProgressBar
 from . import bindings, ui_state
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
@@ -281,7 +282,7 @@ class DayflowApp(App):
             self._refresh_headers()
 
     def header_facts(self) -> HeaderFacts:
-        return HeaderFacts(self.store.short_label, self.store.backend.kind, self.status_counts or {},
+        return HeaderFacts(self.store.short_label, self.store.dialect.title, self.status_counts or {},
                            self.status_counts is not None, self.reconnecting)
 
     def _refresh_headers(self) -> None:
@@ -521,10 +522,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_note(text: str) -> None:
+    print(f"dayflow-tui: note: {printable(text)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        store = open_store(args.db)
+        with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
+            store = open_store(args.db, on_progress=bar, on_note=_print_note)
     except StoreError as exc:
         print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code

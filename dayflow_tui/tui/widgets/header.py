@@ -22,13 +22,12 @@ from .. import formatting
 COUNT_ORDER = ("waiting", "running", "interrupted", "failed", "budget", "queued", "done", "forked")
 COUNT_PRIORITY = {"waiting": 2, "interrupted": 4, "failed": 5, "running": 6, "budget": 7, "queued": 8,
                   "done": 9, "forked": 10}
-BACKEND_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
 
 @dataclass(frozen=True)
 class HeaderFacts:
     database: str
-    backend: str
+    backend: str  # the database's name as shown (the store dialect's title)
     counts: Mapping[str, int] = field(default_factory=dict)
     counted: bool = False  # False until the first read answered (then "0 runs" means none)
     reconnecting: bool = False
@@ -40,7 +39,7 @@ def header_content(facts: HeaderFacts, width: int) -> Content:
     if facts.reconnecting:
         parts.append((1, 1, Content.styled("⟳ reconnecting…", "bold $text-warning")))
     parts.append((3, 2, Content.assemble((printable(one_line(facts.database, 60)), "bold"))))
-    parts.append((11, 3, Content.styled(BACKEND_NAMES.get(facts.backend, facts.backend), "$text-muted")))
+    parts.append((11, 3, Content.styled(facts.backend, "$text-muted")))
     if facts.counted:
         shown = [status for status in COUNT_ORDER if facts.counts.get(status)]
         for order, status in enumerate(shown):
