@@ -29,6 +29,22 @@ class ModelCallFailed(DayflowError):
     exit_code = 5
 
 
+class RateLimited(ModelCallFailed):
+    """The model API pushed back (429 rate limited, 529 overloaded) past the SDK's own retries.
+
+    Not a failure of the run: it is released ``queued`` until ``wait_s`` has passed (``agent.backpressure``),
+    its attempt not counted. ``EX_TEMPFAIL``: try again later.
+    """
+
+    exit_code = 75
+
+    def __init__(self, message: str, *, status: int, wait_s: float, run_id: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.wait_s = wait_s
+        self.run_id = run_id
+
+
 class UsageError(DayflowError):
     """A command line, setting or input that cannot be used (``EX_USAGE``); nothing was written."""
 

@@ -63,6 +63,9 @@ class Settings:
     # wait between them (doubling each time): no run is ever retried in a loop.
     max_attempts: int = 3
     retry_backoff_s: float = 1.0
+    # How long `dayflow brief`, `run` and `resume` wait in all for a model API that pushes back (429
+    # rate limited, 529 overloaded) before they exit and leave the run queued; 0: do not wait.
+    rate_limit_wait_s: float = 300.0
     # Where Dayflow keeps its default database and its spool of replies that could not be committed.
     data_dir: Path | None = None
     state_dir: Path | None = None
@@ -274,6 +277,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", _seconds, "a number of seconds"),
     "max_attempts": ("DAYFLOW_MAX_ATTEMPTS", lambda raw: max(1, _whole(raw)), "a number of attempts"),
     "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", _seconds, "a number of seconds"),
+    "rate_limit_wait_s": ("DAYFLOW_RATE_LIMIT_WAIT", _seconds, "a number of seconds (0: do not wait)"),
     "data_dir": ("DAYFLOW_DATA_DIR", _path, "a directory"),
     "state_dir": ("DAYFLOW_STATE_DIR", _path, "a directory"),
     "otel_endpoint": ("DAYFLOW_OTEL_ENDPOINT", _http_url, "an OTLP/HTTP receiver's http:// or https:// URL "

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from dayflow_tui.errors import ModelCallFailed
+from dayflow_tui.errors import ModelCallFailed, RateLimited
 from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.store import step_blocks
 
@@ -206,7 +206,15 @@ def test_an_api_failure_is_one_clear_line_and_the_run_resumes_without_loss(store
         assert fragment in message
     assert api.calls == 1 + attempts  # the SDK's own retries happened, then it gave up
     run = store.get_run("hostile00001")
-    assert (run.status, run.step_count, run.error) == ("failed", 1, message)
+    if isinstance(failure.value, RateLimited):
+        # Back-pressure (429, 529) is not a failure: the run waits queued, its attempt not counted.
+        assert failure.value.status in (429, 529) and failure.value.run_id == "hostile00001"
+        assert (run.status, run.step_count, run.attempts) == ("queued", 1, 0)
+        assert run.not_before is not None and run.lease_token is None
+        word = "rate limited (429)" if failure.value.status == 429 else "overloaded (529)"
+        assert run.error.startswith(f"{word}, retry after ") and message in run.error
+    else:
+        assert (run.status, run.step_count, run.error) == ("failed", 1, message)
     result = resume("hostile00001", store=store)
     assert result.status == "done" and result.calls == 2
     assert [s.n for s in store.steps("hostile00001")] == [1, 2, 3]

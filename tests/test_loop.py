@@ -151,15 +151,15 @@ def test_max_steps_stops_with_budget_status(store):
 
 
 def test_api_failure_keeps_error_and_run_resumable(store):
-    class Overloaded(Exception):
-        status_code = 529
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    class ServerError(Exception):  # (429 and 529 are back-pressure, not failures: tests/test_rate_limits.py)
+        status_code = 500
+        body = {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}
 
-    client = CountingClient(fail_on={2: Overloaded("overloaded")})
-    with pytest.raises(ModelCallFailed, match="529"):
+    client = CountingClient(fail_on={2: ServerError("internal")})
+    with pytest.raises(ModelCallFailed, match="500"):
         run_brief(store, client=client, run_id="bbbbbbbbbbbb")
     run = store.get_run("bbbbbbbbbbbb")
-    assert run.status == "failed" and "Overloaded" in run.error and run.step_count == 1
+    assert run.status == "failed" and "Internal server error" in run.error and run.step_count == 1
     retry = CountingClient()
     result = resume("bbbbbbbbbbbb", store=store, client=retry)
     assert result.status == "done" and retry.calls == 2

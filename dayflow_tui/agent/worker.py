@@ -18,14 +18,19 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import DayflowError, ModelCallFailed, RunBusy, StoreError
+from ..errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
+from .backpressure import SharedPause, reason
 from .loop import OnStep, RunResult, resume
 from ..store import STALE_AFTER_S, Store
 
 
 @dataclass
 class WorkerEvent:
-    """What a worker thread did: ``kind`` is started, finished, lost, failed or error."""
+    """What a worker thread did: ``kind`` is started, finished, lost, failed, paused or error.
+
+    ``paused``: the model API pushed back (429, 529); the run is queued for later and every thread of
+    the worker pauses its claims for the wait.
+    """
 
     kind: str
     run_id: str | None
@@ -37,6 +42,7 @@ class WorkerEvent:
 class WorkReport:
     finished: list[RunResult] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # run ids that ended with an error
+    paused: list[str] = field(default_factory=list)  # run ids released for back-pressure (not failed)
     store_errors: list[str] = field(default_factory=list)
 
 
@@ -57,6 +63,9 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     stop = stop or threading.Event()
     report = WorkReport()
     lock = threading.Lock()
+    # Back-pressure from the API is per key, not per run: after a 429 or 529 no thread claims (and
+    # calls) again until the wait it asked for has passed.
+    pause = SharedPause()
 
     def emit(event: WorkerEvent) -> None:
         with lock:
@@ -64,6 +73,8 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
                 report.finished.append(event.result)
             elif event.kind == "failed" and event.run_id:
                 report.failed.append(event.run_id)
+            elif event.kind == "paused" and event.run_id:
+                report.paused.append(event.run_id)
             elif event.kind == "error":
                 report.store_errors.append(event.message)
         if on_event is not None:
@@ -81,6 +92,10 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
                             should_stop=stop.is_set)
         except RunBusy as exc:
             emit(WorkerEvent("lost", lease.run_id, str(exc)))
+        except RateLimited as exc:
+            pause.hold(exc.wait_s)
+            emit(WorkerEvent("paused", lease.run_id, f"{reason(exc.status, exc.wait_s)}: queued again; this "
+                             f"worker's claims pause meanwhile ({exc})"))
         except ModelCallFailed as exc:
             emit(WorkerEvent("failed", lease.run_id, str(exc)))
         except StoreError:
@@ -96,6 +111,10 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     def thread_main() -> None:
         try:
             while not stop.is_set():
+                paused = pause.left()
+                if paused > 0:
+                    stop.wait(paused)
+                    continue
                 try:
                     # --once reads what is backing off *before* the claim: read after a claim that found
                     # nothing, a backoff that ended in between (a busy host) would read as nothing left, and

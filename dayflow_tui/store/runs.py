@@ -223,6 +223,24 @@ class RunQueries:
             return False
 
     @store_call
+    def release_backing_off(self: "Store", lease: Lease, reason: str, *, wait_s: float) -> None:
+        """The model API pushed back (429, 529): give the run up ``queued`` until ``wait_s`` has passed.
+
+        Not a failed attempt: the count the claim added is taken back, so back-pressure never brings
+        a run nearer to ``failed``. ``reason`` stays in ``error`` (``dayflow runs`` shows why it waits)
+        until the next attempt starts. One write with the release: no claimant can see the run
+        queued and still leased.
+        """
+        lease.stop_heartbeat()
+        forget_token(lease.token)
+        run = self.get_run(lease.run_id)
+        with self.write_transaction():
+            self._set_run(lease.run_id, lease, status=RunStatus.QUEUED.value, error=reason,
+                          not_before=self.db_now(plus_seconds=wait_s), attempts=max((run.attempts or 1) - 1, 0),
+                          owner_host=None, owner_pid=None, owner_started=None, lease_token=None,
+                          heartbeat_at=None)
+
+    @store_call
     def next_retry_at(self: "Store") -> float | None:
         """Seconds until the earliest run backing off after a failed attempt may be taken (None: none waits)."""
         from datetime import datetime
