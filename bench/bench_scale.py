@@ -79,7 +79,7 @@ def probe(n_runs: int) -> dict:
 def _probe_main(path: str) -> None:
     from bench.dashboard_probe import peak_rss_bytes
     from dayflow_tui.store import open_store
-    from dayflow_tui.tui.read_model import RunFilter, RunListModel
+    from dayflow_tui.views.run_list import RunFilter, RunListModel
 
     store = open_store(path, create=False)
     model = RunListModel(store)

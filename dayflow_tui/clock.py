@@ -31,3 +31,19 @@ def iso(moment: datetime | None = None) -> str:
 def is_pinned() -> bool:
     """True when ``DAYFLOW_FAKE_NOW`` pins the clock (tests, screenshots)."""
     return bool(os.environ.get("DAYFLOW_FAKE_NOW"))
+
+
+def duration(seconds: float) -> str:
+    """A span of time as it is written everywhere: ``45s``, ``2m 10s``, ``1h 05m``, ``2d 3h``.
+
+    Here, at the bottom, because the next call's cache note (``agent``) and
+    both front ends (``views.time``) write spans the same way.
+    """
+    seconds = max(int(seconds), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"

@@ -13,7 +13,7 @@ from peewee import fn
 from dayflow_tui.store import open_store
 from dayflow_tui.store.models import Run
 from dayflow_tui.tui.app import DayflowApp
-from dayflow_tui.tui.read_model import JUMP_PAGES, RunFilter, RunListModel
+from dayflow_tui.views.run_list import JUMP_PAGES, RunFilter, RunListModel
 from dayflow_tui.tui.widgets.run_table import RunTable
 
 from .tui_helpers import SIZE, screen_text, settle, wait_for

@@ -16,7 +16,8 @@ import pytest
 from dayflow_tui.agent import loop
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
-from dayflow_tui.tui.read_model import Reader, RunFilter, RunListModel
+from dayflow_tui.views.reader import Reader
+from dayflow_tui.views.run_list import RunFilter, RunListModel
 from dayflow_tui.tui.screens.transcript import TranscriptScreen
 
 from .conftest import CountingClient

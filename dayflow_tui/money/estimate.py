@@ -123,19 +123,7 @@ class NextCall:
         if self.seconds_since_last is None:
             return "cold: no earlier call"
         state = "warm" if self.warm else "cold"
-        return f"{state}: last call {duration(self.seconds_since_last)} ago, lifetime {self.ttl}"
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``2m 10s``, ``1h 05m``, ``2d 3h`` (not money's job: it goes to the one duration formatter)."""
-    seconds = max(int(seconds), 0)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+        return f"{state}: last call {clock.duration(self.seconds_since_last)} ago, lifetime {self.ttl}"
 
 
 def _shared_prefix(previous: list[dict], following: list[dict]) -> int:
@@ -207,7 +195,7 @@ class ResumeEstimate:
             return f"next call: price unknown for {call.model} · {size}"
         if call.ttl is None or call.seconds_since_last is None:
             return f"next call ≈ {format_usd(cold.total)}, cache cold ({call.cache_note().split(': ', 1)[-1]}) · {size}"
-        since = f"last call {duration(call.seconds_since_last or 0)} ago"
+        since = f"last call {clock.duration(call.seconds_since_last or 0)} ago"
         if call.warm:
             return (f"next call ≈ {format_usd(warm.total)}, cache warm ({since} < {call.ttl}); "
                     f"{format_usd(cold.total)} if cold · {size}")

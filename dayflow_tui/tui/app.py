@@ -33,7 +33,7 @@ from . import bindings, ui_state
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
-from .read_model import Reader
+from ..views.reader import Reader
 from .widgets.header import DayflowHeader, HeaderFacts
 from .screens.time_travel import Forked
 from .screens.help import HelpScreen
@@ -101,7 +101,7 @@ class DayflowApp(App):
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
         store.retry_for = 0.5  # polls run on a timer: fail fast and try again next tick
-        # Every read the screens show runs on this thread, never on the UI thread (read_model.py).
+        # Every read the screens show runs on this thread, never on the UI thread (views.reader).
         self.reader = Reader(store)
         self.sub_title = store.short_label
         self.waiting_runs = 0
@@ -339,14 +339,13 @@ class DayflowApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="price-resume")
     def _price_resume(self, run_id: str, ask: bool) -> None:
-        from ..agent.resume_request import resume_estimate
+        from ..views.costs import price_resume
 
-        run = None
         try:
-            run = self.store.get_run(run_id)
-            estimate, error = resume_estimate(self.store, run.id), None
-        except Exception as exc:  # priced or not, the resume itself reports what is wrong
-            estimate, error = None, redacted_line(exc, 200)
+            priced = price_resume(self.store, run_id)
+            run, estimate, error = priced.run, priced.estimate, priced.error
+        except Exception as exc:  # the run cannot be read: the line says why
+            run, estimate, error = None, None, redacted_line(exc, 200)
         finally:
             self.store.close_thread_connection()
         self.post_message(ResumePriced(run_id, estimate, error, then_resume=True, ask=ask, run=run))

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from ..money.cost import format_usd, spend
+from ..money.cost import format_usd
 from ..money.estimate import ResumeEstimate
 from ..redaction import redacted_line
 from ..safe_text import printable
@@ -157,24 +157,11 @@ class SpendPanel(Static):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="spend")
     def _read(self) -> None:
-        from .. import clock
-        from ..config.values import parse_since
+        from ..views.costs import spend_summary
 
         store = self.app.store
         try:
-            parts = []
-            top = None
-            for label, span in (("today", None), ("7 days", "7d"), ("30 days", "30d")):
-                since = parse_since(span) if span else clock.iso(clock.now().replace(
-                    hour=0, minute=0, second=0, microsecond=0))
-                rows, total = spend(store, since=since, by="model")
-                parts.append(f"{label} {format_usd(total.cost.total) if total.cost is not None else 'price unknown'}")
-                if span == "30d" and rows:
-                    top = rows[0]
-            text = "spend: " + " · ".join(parts)
-            if top is not None and top.priced.total:
-                text += f" · most: {printable(top.key)} {format_usd(top.priced.total)}"
-            self.post_message(self.Totals(Content.styled(text, "$text-muted")))
+            self.post_message(self.Totals(Content.styled(spend_summary(store), "$text-muted")))
         except Exception as exc:  # the panel says so; the dashboard goes on
             self.post_message(self.Totals(Content.styled(f"spend: cannot be read ({redacted_line(exc, 120)})",
                                                          "$text-muted")))

@@ -15,10 +15,8 @@ Snippets and highlights are built from plain strings through
 
 from __future__ import annotations
 
-import re
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Callable
 
 from textual import on, work
@@ -35,16 +33,15 @@ from textual.worker import get_current_worker
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
-from ...search.query import Query, QueryError, check_searchable, parse
+from ...search.query import Query, QueryError
 from ...search.text import COLUMNS, highlight_spans
 from ...store.search import Hit
+from ...views.search import RunHits, search_typed
 from .. import bindings, formatting
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 from .transcript import BRIEF, TranscriptScreen
 
-# What the beginning of a run id looks like (ids are 12 hex digits; tests and imports use words and dashes).
-RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]{3,31}$")
 # How many hits one search reads (grouped by run on screen); the status line says when there are more.
 HIT_LIMIT = 500
 # Matches of one run a transcript can step through.
@@ -54,28 +51,6 @@ DEBOUNCE_S = 0.25
 MATCH_STYLE = "bold $background on $warning"
 # How long a shown step's widgets may take to mount before painting stops looking for more.
 PAINT_WAIT_S = 5.0
-
-
-@dataclass(frozen=True)
-class RunHits:
-    """One run's hits, newest first, and the one shown for it."""
-
-    run_id: str
-    status: str
-    hits: tuple[Hit, ...]
-
-    @property
-    def best(self) -> Hit:
-        """The hit whose place holds the most of the query (the newest of those)."""
-        return max(self.hits, key=lambda hit: hit.held)  # max keeps the first on a tie: the newest
-
-
-def group_by_run(hits: tuple[Hit, ...]) -> tuple[RunHits, ...]:
-    """Hits grouped per run, runs in the order of their newest hit."""
-    runs: dict[str, list[Hit]] = {}
-    for hit in hits:
-        runs.setdefault(hit.run_id, []).append(hit)
-    return tuple(RunHits(run_id, found[0].status, tuple(found)) for run_id, found in runs.items())
 
 
 def snippet_content(hit: Hit) -> Content:
@@ -154,28 +129,18 @@ class Debounced:
 
 
 def _search_worker_body(screen: Screen, generation: int, text: str, *, run_id: str | None, limit: int) -> None:
-    """Parse, search, post the answer (on a worker thread: no widget is touched here)."""
+    """Search (``views.search``) and post the answer (on a worker thread: no widget is touched here)."""
     store = screen.app.store
     worker = get_current_worker()
     try:
-        query = parse(text, prefix_last=True)
-        check_searchable(query)
-        narrowed = query.with_filters(runs=(run_id,)) if run_id else query
-        result = store.search(narrowed, limit=limit)
-        hits = tuple(hit for hit in result.hits if run_id is None or hit.run_id == run_id)
+        found = search_typed(store, text, limit=limit, run_id=run_id)
         if worker.is_cancelled:
             return
         if run_id is None:
-            runs = group_by_run(hits)
-            by_id: tuple[RunHits, ...] = ()
-            if RUN_ID.match(text.strip()):  # the beginning of a run id finds that run too, first
-                known = {run.run_id for run in runs}
-                by_id = group_by_run(tuple(hit for hit in store.search(parse(f"run:{text.strip()} in:task"),
-                                                                       limit=20).hits if hit.run_id not in known))
-            screen.post_message(SearchDone(generation, query, by_id + runs, len(hits), result.more, result.note,
-                                           len(by_id)))
+            screen.post_message(SearchDone(generation, found.query, found.runs, len(found.hits), found.more,
+                                           found.note, found.by_id))
         else:
-            screen.post_message(MatchesFound(generation, query, hits, result.more))
+            screen.post_message(MatchesFound(generation, found.query, found.hits, found.more))
     except QueryError as exc:
         screen.post_message(SearchFailed(generation, str(exc)))
     except Exception as exc:  # a database error (or a bug): one line, the screen stays usable

@@ -9,8 +9,6 @@ last one listed. Enter opens that run at that step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from textual import on
 from textual.app import ComposeResult
 from textual.content import Content
@@ -21,44 +19,13 @@ from textual.widgets.option_list import Option
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
+from ...views.tasks import PAGE, TaskFilter, TaskRow, parse_filter, read_tasks
 from .. import bindings, formatting
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 
-SHOWN = 500  # tasks read at once; the cursor at the last one reads the next page
+SHOWN = PAGE  # tasks read at once; the cursor at the last one reads the next page
 FILTER_PAUSE_S = 0.15
-
-
-@dataclass(frozen=True)
-class TaskFilter:
-    text: str = ""
-    done: bool | None = None
-    run_prefix: str | None = None
-
-
-def parse_filter(raw: str) -> TaskFilter:
-    """``open``/``done`` and ``run:ID`` are filters; every other word must appear in the title or notes."""
-    words, done, run_prefix = [], None, None
-    for word in raw.split():
-        lowered = word.casefold()
-        if lowered in ("open", "done"):
-            done = lowered == "done"
-        elif lowered.startswith("run:") and len(word) > 4:
-            run_prefix = word[4:]
-        else:
-            words.append(word)
-    return TaskFilter(" ".join(words), done, run_prefix)
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    id: int
-    title: str
-    due: str | None
-    done: bool
-    created_at: str
-    run_id: str | None
-    step: int | None
 
 
 class TasksRead(Message):
@@ -67,15 +34,6 @@ class TasksRead(Message):
         super().__init__()
         self.generation, self.rows, self.total, self.error = generation, rows, total, error
         self.more = more  # the next page, to append to the rows listed
-
-
-def read_tasks(store, task_filter: TaskFilter, *, before_id: int | None = None) -> tuple[tuple[TaskRow, ...], int]:
-    tasks, total = store.find_tasks(text=task_filter.text or None, done=task_filter.done,
-                                    run_prefix=task_filter.run_prefix, limit=SHOWN, before_id=before_id)
-    origins = store.task_origins(tasks)
-    rows = tuple(TaskRow(t.id, t.title, t.due, bool(t.done), t.created_at, t.run_id, origins.get(t.id))
-                 for t in tasks)
-    return rows, total
 
 
 def task_prompt(row: TaskRow) -> Content:
@@ -136,7 +94,7 @@ class TasksScreen(Screen):
             rows, total = result if result is not None else ((), 0)
             self.post_message(TasksRead(generation, rows, total, error, more=before_id is not None))
 
-        self.app.reader.submit("tasks", lambda: read_tasks(store, task_filter, before_id=before_id), done)
+        self.app.reader.submit("tasks", lambda: read_tasks(store, task_filter, before_id=before_id, limit=SHOWN), done)
 
     @on(OptionList.OptionHighlighted, "#task-list")
     def _near_the_end(self, event: OptionList.OptionHighlighted) -> None:

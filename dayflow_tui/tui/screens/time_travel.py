@@ -117,12 +117,11 @@ class DiffScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff")
     def _read(self) -> None:
-        from ...agent.run_diff import diff_runs
+        from ...views.travel import read_diff
 
         store = self.app.store
         try:
-            a, b = store.get_run(self.run_a), store.get_run(self.run_b)
-            self.post_message(DiffRead(diff_runs(a, store.steps(a.id), b, store.steps(b.id)), None))
+            self.post_message(DiffRead(read_diff(store, self.run_a, self.run_b).diff, None))
         except Exception as exc:
             self.post_message(DiffRead(None, redacted_line(exc, 200)))
         finally:

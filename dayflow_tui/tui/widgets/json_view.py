@@ -9,7 +9,6 @@ after ``safe_text`` (JSON escapes control characters; text that is not JSON goes
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
@@ -23,7 +22,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ...safe_text import printable, printable_json
+from ...safe_text import printable
+from ...views.json_rows import Payload  # noqa: F401 - what a JsonView shows (tests name it here too)
 from .. import bindings
 
 # A payload this long starts folded: its header says how long it is, and enter opens it.
@@ -34,26 +34,6 @@ _TOKEN = re.compile(
     r"|(?P<literal>\btrue\b|\bfalse\b|\bnull\b)"
     r"|(?P<punct>[{}\[\],])"
 )
-
-
-@dataclass(frozen=True)
-class Payload:
-    """One foldable part of what is shown: a title and its value (parsed JSON, or text that was not)."""
-
-    title: str
-    value: object = None
-    text: str | None = None  # set when the stored text is not JSON: shown as it is, not highlighted
-
-    @classmethod
-    def from_stored(cls, title: str, stored: str | None) -> "Payload":
-        try:
-            return cls(title, json.loads(stored)) if stored is not None else cls(title, None)
-        except (TypeError, ValueError):
-            return cls(title, text=stored)
-
-    def document(self) -> str:
-        """What copy and the editor get: pretty JSON, or the text as stored (made printable)."""
-        return printable(self.text) if self.text is not None else printable_json(self.value)
 
 
 def _cells(text: str) -> int:

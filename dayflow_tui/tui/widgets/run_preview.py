@@ -11,29 +11,21 @@ narrower than ``MIN_WIDTH``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-from ...money.cost import format_usd, run_cost
+from ...money.cost import format_usd
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
-from ...store.models import Run
+from ...views.runs import PREVIEW_TASKS, Preview, read_preview
 from .. import formatting
 
 MIN_WIDTH = 100  # the terminal's columns below which the pane folds away
 ANSWER_LINES = 12
-TASK_LINES = 8
-
-
-@dataclass(frozen=True)
-class Preview:
-    run: Run
-    tasks: tuple
-    cost: object
+TASK_LINES = PREVIEW_TASKS
 
 
 class PreviewRead(Message):
@@ -42,13 +34,6 @@ class PreviewRead(Message):
         self.run_id = run_id
         self.preview = preview
         self.error = error
-
-
-def read_preview(store, run_id: str) -> Preview:
-    """Everything the pane shows, in one go on the reader thread."""
-    run = store.get_run(run_id)
-    return Preview(run, tuple(store.list_tasks(include_done=True, run_id=run.id)[:TASK_LINES + 1]),
-                   run_cost(store, run.id).total)
 
 
 def preview_content(preview: Preview) -> Content:
@@ -130,7 +115,7 @@ class RunPreview(VerticalScroll):
         def done(preview, error) -> None:
             self.post_message(PreviewRead(run_id, preview, error))
 
-        self.app.reader.submit("preview", lambda: read_preview(store, run_id), done)
+        self.app.reader.submit("preview", lambda: read_preview(store, run_id, tasks=TASK_LINES), done)
 
     def on_preview_read(self, message: PreviewRead) -> None:
         message.stop()

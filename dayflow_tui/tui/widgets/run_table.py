@@ -1,7 +1,7 @@
 """The run list: a line-API ``ScrollView`` over a keyset-paged window of runs.
 
 Only the rows scrolled into view are fetched, a page at a time, and never on
-the UI thread: the dashboard's reader thread (``read_model.Reader``) runs the
+the UI thread: the dashboard's reader thread (``views.reader.Reader``) runs the
 read model's queries and posts ``WindowRead`` with a frozen snapshot, which
 this widget swaps in. A row not loaded yet is drawn as a placeholder while its
 page is read, so 100,000 runs open as fast as 10 and a stalled database
@@ -20,12 +20,14 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ...money.cost import NO_CALLS, format_usd
+from ...money.cost import NO_CALLS
 from ...store.models import Run
 from ...safe_text import one_line
 from ...store import RunStatus, effective_status
+from ...views.costs import cost_text
+from ...views.reader import Reader
+from ...views.run_list import PAGE, RunFilter, RunListModel, RunWindow
 from .. import bindings, formatting
-from ..read_model import PAGE, Reader, RunFilter, RunListModel, RunWindow
 
 _KNOWN_STATUSES = frozenset(member.value for member in RunStatus)
 
@@ -255,7 +257,7 @@ class RunTable(ScrollView, can_focus=True):
             (formatting.started(run.created_at)[5:16], dim),
             (str(run.step_count), ""),
             (f"{formatting.tokens(run.input_tokens)}/{formatting.tokens(run.output_tokens)}", ""),
-            (format_usd(self.costs.get(run.id, NO_CALLS).total, unknown="unknown"), ""),
+            (cost_text(self.costs.get(run.id, NO_CALLS).total), ""),  # as `dayflow runs` writes it
             (one_line(run.model, 40), dim),
             (formatting.ago(run.updated_at), dim),
             (one_line(note or "", 200), dim if run.status == "done" else status_style),

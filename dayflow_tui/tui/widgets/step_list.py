@@ -8,8 +8,30 @@ it was and only the drawn options need drawing again.
 
 from __future__ import annotations
 
+from textual.content import Content
 from textual.widgets import OptionList
 from textual.visual import VisualType
+
+from ...agent.transcript import StepView
+from ...money.cost import format_usd
+from ...safe_text import printable
+from .. import formatting
+
+
+def step_prompt(view: StepView, *, dollars: bool = False) -> Content:
+    """One line of the step list: tokens of the step, or its dollars (the sparkline's unit, ``$``)."""
+    calls = len(view.calls)
+    errors = sum(1 for call in view.calls if call.is_error)
+    tools = f"{calls} tool{'s' if calls != 1 else ''}" if calls else ""
+    size = format_usd(view.cost, unknown="?") if dollars else formatting.tokens(view.input_tokens + view.output_tokens)
+    # 30 columns at most, so the narrow sidebar (80-column terminals) holds a step on one line.
+    return Content.assemble(
+        (f"{view.n:>3} ", "bold"),
+        (printable(view.stop_reason or "—")[:8].ljust(9), "$text-success" if view.stop_reason == "end_turn" else ""),
+        f"{size:>7} ",
+        (tools.ljust(7), ""),
+        (" ✖" if errors or view.problem else "", "bold $text-error"),
+    )
 
 
 class StepList(OptionList):

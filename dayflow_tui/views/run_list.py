@@ -1,10 +1,10 @@
-"""What the dashboard reads, as frozen snapshots built off the UI thread.
+"""The dashboard's run list, as frozen snapshots built off the UI thread.
 
-The screens never call the store themselves: a thread worker asks a read
-model here, which runs the queries and returns an immutable snapshot; a
-message carries it to the UI thread, which swaps it in and redraws. A
-stalled or locked database therefore delays what is shown, never a key
-press. Nothing here imports Textual.
+The screens never call the store themselves: the reader thread
+(``views.reader``) asks the model here, which runs the queries and returns
+an immutable snapshot; a message carries it to the UI thread, which swaps it
+in and redraws. A stalled or locked database therefore delays what is shown,
+never a key press. Nothing here imports Textual.
 
 ``RunListModel`` serialises its operations with a lock and builds each
 snapshot from the newest one, so a poll, a page load and a reload that
@@ -15,15 +15,15 @@ shows.
 
 from __future__ import annotations
 
-import queue
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
 from ..money.cost import RunCost, run_costs
 from ..store import Store, effective_status
 from ..store.models import Run
+from .forks import arrange, has_forks
 
 PAGE = 200
 # Stored status that each shown status comes from ("interrupted" is a running run with a dead owner).
@@ -384,144 +384,18 @@ def _since(last_seen: str) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-class Reader:
-    """One thread that runs the dashboard's reads in order, on one database connection.
-
-    ``submit(key, job, done)`` queues ``job``; ``done(result, error)`` is
-    called on the reader's thread (it posts a message: ``post_message`` is
-    thread-safe). A job queued under a key that is already waiting replaces
-    it, so a stalled database leaves one poll queued, not one per tick.
-    A thread of its own (not a worker per read) keeps one connection for
-    every read: on PostgreSQL a connection per poll would cost more than the
-    poll.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._queue: "queue.Queue[str | None]" = queue.Queue()
-        self._jobs: dict[str, tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self.busy_with: str | None = None  # the key of the job running now
-
-    def submit(self, key: str, job: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            fresh = key not in self._jobs
-            self._jobs[key] = (job, done)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dayflow-dashboard-reader", daemon=True)
-                self._thread.start()
-        if fresh:
-            self._queue.put(key)
-
-    def pending(self, key: str) -> bool:
-        """Is a job under ``key`` queued or running?"""
-        with self._lock:
-            return key in self._jobs or self.busy_with == key
-
-    def idle(self) -> bool:
-        """Nothing queued and nothing running (tests wait for this before they look)."""
-        with self._lock:
-            return not self._jobs and self.busy_with is None and self._queue.empty()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                key = self._queue.get()
-                if key is None:
-                    return
-                with self._lock:
-                    job, done = self._jobs.pop(key, (None, None))
-                    self.busy_with = key
-                if job is None:
-                    continue
-                try:
-                    result, error = job(), None
-                except BaseException as exc:  # handed to the screen, which says so; the reader goes on
-                    result, error = None, exc
-                    self.store.close_thread_connection()  # a dropped connection is not reused
-                finally:
-                    with self._lock:
-                        self.busy_with = None
-                try:
-                    done(result, error)
-                except Exception:  # the app is closing: nobody is left to tell
-                    pass
-        finally:
-            self.store.close_thread_connection()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._jobs.clear()
-        self._queue.put(None)
-
-
 def _arranged(window: RunWindow, folded: frozenset) -> RunWindow:
     """``window`` with what it shows: forks under their parents (both loaded), folded forks left out.
 
     Only without a filter: a filtered list shows its matches as they are. The
-    waiting runs pinned on top stay on top.
+    waiting runs pinned on top stay on top. The tree is ``views.forks``, the
+    same one ``dayflow runs`` prints.
     """
-    rows = list(window.rows)
-    if window.filter.active or not any(getattr(run, "parent_id", None) for run in rows):
+    rows = window.rows
+    if window.filter.active or not has_forks(rows):
         return replace(window, shown=tuple(rows), shown_positions=_positions(rows, window.offset),
-                       shown_total=window.total,
-                       depth={}, forks={}, folded=folded)
-    head, body = rows[:window.pinned], rows[window.pinned:]
-    loaded = {run.id for run in body}
-    children: dict[str, list[Run]] = {}
-    for run in body:
-        parent = getattr(run, "parent_id", None)
-        if parent in loaded and parent != run.id:
-            children.setdefault(parent, []).append(run)
-    shown: list[Run] = list(head)
-    depth: dict[str, int] = {}
-    hidden = 0
-    placed: set[str] = set()
-
-    def place(run: Run, level: int) -> None:
-        nonlocal hidden
-        if run.id in placed:
-            return
-        placed.add(run.id)
-        shown.append(run)
-        if level:
-            depth[run.id] = level
-        kids = children.get(run.id, [])
-        if run.id in folded:
-            hidden += _count_tree(run.id, children)
-            placed.update(_tree_ids(run.id, children))
-            return
-        for kid in reversed(kids):  # the oldest fork first under its parent
-            place(kid, level + 1)
-
-    for run in body:
-        parent = getattr(run, "parent_id", None)
-        if parent in loaded:
-            continue  # placed under its parent
-        place(run, 0)
-    for run in body:  # a cycle or anything unplaced keeps its own place
-        if run.id not in placed:
-            place(run, 0)
-    forks = {parent: len(kids) for parent, kids in children.items()}
-    return replace(window, shown=tuple(shown), shown_positions=_positions(shown, window.offset),
-                   shown_total=max(window.total - hidden, len(shown)), depth=depth, forks=forks, folded=folded)
-
-
-def _tree_ids(run_id: str, children: dict[str, list[Run]]) -> set[str]:
-    found: set[str] = set()
-    stack = list(children.get(run_id, []))
-    while stack:
-        run = stack.pop()
-        if run.id not in found:
-            found.add(run.id)
-            stack.extend(children.get(run.id, []))
-    return found
-
-
-def _count_tree(run_id: str, children: dict[str, list[Run]]) -> int:
-    return len(_tree_ids(run_id, children))
+                       shown_total=window.total, depth={}, forks={}, folded=folded)
+    tree = arrange(rows, pinned=window.pinned, folded=folded)
+    return replace(window, shown=tree.rows, shown_positions=_positions(tree.rows, window.offset),
+                   shown_total=max(window.total - tree.hidden, len(tree.rows)), depth=tree.depth, forks=tree.forks,
+                   folded=folded)

@@ -1,0 +1,68 @@
+"""Runs, read for listing: ``dayflow runs``'s lines and JSON rows, and the dashboard's preview pane.
+
+The dashboard's scrolling run list is ``views.run_list`` (paged, live); both
+arrange forks with ``views.forks`` and word dollars with ``views.costs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..store.models import Run
+
+PREVIEW_TASKS = 8  # the preview pane lists this many of a run's tasks (and says when there are more)
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """A run as ``dayflow runs`` lists it: where it sits in the fork tree, its status now, what it cost."""
+
+    run: Run
+    status: str  # the status shown (a running run whose owner died is interrupted)
+    depth: int  # 0, or how deep a fork sits under a listed parent
+    cost: object  # a money.cost.RunCost
+
+
+def run_lines(store, *, limit: int, status: str | None = None) -> tuple[RunLine, ...]:
+    """The newest ``limit`` runs (of ``status``), forks under their parents, with their costs."""
+    from ..money.cost import run_costs
+    from ..store import effective_status
+    from .forks import arrange
+
+    runs = store.list_runs(limit=limit, status=[status] if status else None)
+    if status in ("running", "interrupted"):
+        runs = [r for r in runs if effective_status(r) == status]  # liveness is not in SQL
+    costs = run_costs(store, [r.id for r in runs])
+    return tuple(RunLine(run, effective_status(run), depth, costs[run.id])
+                 for run, depth in arrange(runs).with_depth())
+
+
+def run_json(line: RunLine) -> dict:
+    """One run of ``dayflow runs --json``."""
+    from ..money.cost import run_cost_json
+
+    r = line.run
+    return {"id": r.id, "status": line.status, "stored_status": r.status, "created_at": r.created_at,
+            "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
+            "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
+            **run_cost_json(line.cost, r.budget_usd), "error": r.error, "parent_id": r.parent_id,
+            "forked_at": r.forked_at, "agent": r.agent or "brief"}
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The run list's preview pane: the run, its first tasks, and its dollars."""
+
+    run: Run
+    tasks: tuple
+    cost: object  # Decimal, or None: some call has no price
+
+
+def read_preview(store, run_id: str, *, tasks: int = PREVIEW_TASKS) -> Preview:
+    """Everything the pane shows, in one go (on the dashboard's reader thread)."""
+    from ..money.cost import run_cost
+
+    run = store.get_run(run_id)
+    return Preview(run, tuple(store.list_tasks(include_done=True, run_id=run.id)[:tasks + 1]),
+                   run_cost(store, run.id).total)

@@ -1,0 +1,81 @@
+"""A run's transcript, read: the run, its steps as views, what it cost; for the screen and ``dayflow show``.
+
+The dashboard's transcript asks ``read_transcript`` on its reader thread at
+every live tick, handing back what it already holds, so only the steps read
+again are decoded (a 5,000-step run re-decoded every step on each commit);
+``dayflow show`` reads it whole with ``read_show``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..agent.transcript import StepView, attach_decisions, build_steps
+from ..store.models import Run
+
+
+@dataclass(frozen=True)
+class TranscriptRead:
+    """What the reader found: the run, its steps so far, and their views when they changed."""
+
+    marker: tuple
+    run: Run
+    steps: tuple[tuple[int, bool], ...]  # (n, has its tool results) of every step read, in order
+    views: list[StepView] | None
+    steps_changed: bool
+
+
+def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] = (),
+                    known_views: Sequence[StepView] = (), marker: tuple | None = None,
+                    if_changed: bool = False) -> TranscriptRead | None:
+    """The run and the steps that changed since ``known`` (None: nothing committed since ``marker``).
+
+    ``known`` holds (n, has its tool results) per step read before, and
+    ``known_views`` their views: the last known step is read again (its tool
+    results may have arrived), the ones before it are kept as they are.
+    """
+    now = store.change_marker()
+    if if_changed and now == marker:
+        return None
+    run = store.get_run(run_id)
+    from_n = known[-1][0] if known else None
+    fresh = store.steps(run.id, from_n=from_n)
+    kept = [key for key in known if from_n is None or key[0] < from_n]
+    steps = tuple(kept) + tuple((row.n, row.tool_results is not None) for row in fresh)
+    changed = steps != known
+    views = None
+    approvals = getattr(store, "approvals", None)
+    decided = approvals(run.id) if approvals is not None else []
+    if changed or decided:
+        reusable = len(known_views) >= len(kept) and all(
+            known_views[i].n == kept[i][0] for i in {0, len(kept) - 1} if kept)
+        if reusable:
+            base = list(known_views[:len(kept)])
+            views = base + build_steps(fresh, run.model, after=base[-1] if base else None)
+        else:  # the views do not match what was read (a fork, a damaged read): decode them all
+            everything = store.steps(run.id)
+            steps = tuple((row.n, row.tool_results is not None) for row in everything)
+            views = build_steps(everything, run.model)
+        attach_decisions(views, decided)
+    return TranscriptRead(now, run, steps, views, changed or bool(decided))
+
+
+@dataclass(frozen=True)
+class ShownRun:
+    """Everything ``dayflow show`` prints: the run, its stored steps, its cost, resumes and decisions."""
+
+    run: Run
+    steps: tuple
+    cost: object  # a RunCost
+    resumes: tuple
+    approvals: tuple
+
+
+def read_show(store, run_id: str) -> ShownRun:
+    from ..money.cost import run_cost
+    from ..store.resumes import run_resumes
+
+    run = store.get_run(run_id)
+    return ShownRun(run, tuple(store.steps(run.id)), run_cost(store, run.id), tuple(run_resumes(store, run.id)),
+                    tuple(store.approvals(run.id)))
