@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--agent", metavar="NAME", help="only runs of this agent")
     search.add_argument("--tool", metavar="NAME", action="append", default=[],
                         help="only calls to this tool and their results (repeatable)")
-    search.add_argument("--since", metavar="WHEN", help="only hits newer than this: 30m, 12h, 7d, 2w or a date")
+    search.add_argument("--since", metavar="WHEN", help="only hits newer than this: an age (90s, 30m, 12h, 7d, 2w) or a date")
     search.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N hits (default 50)")
     search.add_argument("--reindex", action="store_true",
                         help="rebuild the search index from every stored run, then exit")
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
     spend.add_argument("--since", metavar="SPAN|DATE",
-                       help="count calls made since: 7d, 24h, 30m, 2w, or a date (default: all time)")
+                       help="count calls made since: an age (90s, 30m, 12h, 7d, 2w) or a date (default: all time)")
     spend.add_argument("--by", choices=["agent", "model", "day"], default="model",
                        help="one line per agent, model or UTC day (default: model)")
     spend.add_argument("--json", action="store_true", help="machine-readable output")
@@ -770,7 +770,7 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
     prune = sub.add_parser("prune", parents=[common], help="remove old finished runs (never tasks, never a "
                            "queued or unfinished run)")
     prune.add_argument("--older-than", type=_age, required=True, metavar="AGE",
-                       help="runs last changed longer ago than AGE: 30d, 12h, 90m, 2w")
+                       help="runs last changed longer ago than AGE: 90s, 30m, 12h, 7d, 2w")
     prune.add_argument("--status", default="done", metavar="S[,S...]",
                        help="which runs: done (default), failed, budget, comma-separated")
     prune.add_argument("--dry-run", action="store_true", help="only print what would be removed")
