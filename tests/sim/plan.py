@@ -110,6 +110,8 @@ def draw_action(rng: random.Random, backend: str) -> Action:
             fault = (kind, round(rng.uniform(0.2, 2.0), 2), 1)
         else:
             fault = (kind, 0.0, 1)
+    if verb == "race":
+        fault = None  # two processes at once carry no fault of their own (drawn anyway: seeds replay alike)
     return Action(verb, round(rng.random(), 3), round(rng.random(), 3), kill, fault,
                   rng.choice(EDITS) if verb == "edit_agent" else "")
 

@@ -8,8 +8,11 @@ bursts, a held lock, a store error inside a tool, a dropped PostgreSQL
 connection), and checks the promises after every action (``checks.py``).
 docs/reliability.md ("The simulation") lists every fault and property.
 
-Budget: by default each backend runs examples for ``DAYFLOW_SIM_BUDGET_S``
-seconds (25); ``DAYFLOW_SIM_EXAMPLES=N`` runs exactly N per backend instead.
+First the plans shrunk from failures it found (``known_plans.py``) are
+replayed; then random examples. Budget: by default each backend runs for
+``DAYFLOW_SIM_BUDGET_S`` seconds (25, the known plans included, at least one
+random example); ``DAYFLOW_SIM_EXAMPLES=N`` runs exactly N random examples
+per backend instead; ``DAYFLOW_SIM_KNOWN=0`` leaves out the known plans.
 ``DAYFLOW_SIM_SEED`` fixes the base seed (printed on every run),
 ``DAYFLOW_SIM_ONLY=I`` replays example I of it, ``DAYFLOW_SIM_PLAN='{...}'``
 replays a printed (shrunk) plan exactly; ``DAYFLOW_SIM_SHRINK_S`` bounds the
@@ -28,6 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ..conftest import PG_SKIP_REASON, PG_URL, pg_schema
+from .known_plans import known_plans
 from .plan import Plan, draw_plan
 from .simulate import Database, fresh_dir, run_example, shrink
 
@@ -82,8 +86,20 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
     plans = iter([Plan.from_json(given)]) if given else None
     started = time.monotonic()
     failures: list[str] = []
+    if plans is None and only is None and os.environ.get("DAYFLOW_SIM_KNOWN", "1") != "0":
+        for what, plan in known_plans(sim_backend.name):
+            outcome = sim_backend.attempt(plan, tmp_path / "known")
+            if outcome.problems:
+                text = (f"known plan ({what}) failed again:\n{plan.describe()}\n  problems:\n"
+                        + "\n".join(f"    - {p}" for p in outcome.problems)
+                        + f"\n  replay exactly: DAYFLOW_SIM_PLAN='{plan.to_json()}'")
+                print(text)
+                failures.append(text)
+        print(f"simulation on {sim_backend.name}: {len(known_plans(sim_backend.name))} known plan(s) in "
+              f"{time.monotonic() - started:.1f} s")
     index = only or 0
     ran = 0
+    shrunk = False  # only the first failure is shrunk (shrinking costs a run per try)
     while True:
         if plans is not None:
             plan = next(plans, None)
@@ -114,7 +130,8 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
         if outcome.problems:
             text = (f"example {index} (DAYFLOW_SIM_SEED={base_seed} DAYFLOW_SIM_ONLY={index}), seed {plan.seed}:\n"
                     f"{plan.describe()}\n  problems:\n" + "\n".join(f"    - {p}" for p in outcome.problems))
-            if not failures and shrink_s > 0 and plans is None:
+            if not shrunk and shrink_s > 0 and plans is None:
+                shrunk = True
                 small, small_outcome, tries = shrink(plan, outcome, lambda p: sim_backend.attempt(p, tmp_path / "shrink"),
                                                      budget_s=shrink_s)
                 text += (f"\n  shrunk in {tries} tries to:\n{small.describe()}\n  problems:\n"

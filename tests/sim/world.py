@@ -156,7 +156,6 @@ class World:
         self.decisions: dict[tuple[str, str], str] = {}  # (run, call) -> the decision a process committed
         self.seen_steps: dict[tuple[str, int], dict] = {}
         self.seen_decisions: dict[tuple[str, str], tuple] = {}
-        self.tasks_made = 0
 
     # -- the agent ---------------------------------------------------------
 

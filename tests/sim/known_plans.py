@@ -1,0 +1,46 @@
+"""Plans the simulation shrank from failures it found (issue #24), replayed first in every run.
+
+Each failed on the code before the fixes of issue #24 (commit ``b12a36d``)
+and must pass from then on. A random draw meets such a junction only now
+and then; these meet it every time, at the cost of a few processes each.
+The seeds are the ones the failures were found with: they fix the scripted
+model's replies, so the same calls come back.
+"""
+
+from __future__ import annotations
+
+from .agent_file import IDEMPOTENT, PLAIN, READ_ONLY, AgentSpec, ToolSpec
+from .plan import Action, Plan
+
+_LOOK = ToolSpec("look_0", READ_ONLY, "read")
+
+
+def known_plans(backend: str) -> list[tuple[str, Plan]]:
+    """(what it found, the plan) for ``backend``."""
+    return [
+        ("an approved plain tool killed in its body ran again on resume (item 1)",
+         Plan("known:approve-kill", backend,
+              AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain", approval=True))),
+              (Action("start"), Action("approve", kill=("body", 1, 0.5)), Action("resume")))),
+        ("an agent edit (needs_approval dropped) did not stop `approve --all` on a waiting run (item 2)",
+         Plan("4242:sqlite:3", backend,
+              AgentSpec((_LOOK, ToolSpec("look_1", READ_ONLY, "read"),
+                         ToolSpec("put_0", IDEMPOTENT, "idempotent", approval=True),
+                         ToolSpec("put_1", IDEMPOTENT, "idempotent", approval=True),
+                         ToolSpec("send_0", PLAIN, "plain", approval=True),
+                         ToolSpec("send_1", PLAIN, "plain", approval=True))),
+              (Action("start"), Action("edit_agent", pick=0.705, pick2=0.783, edit="approval")))),
+        ("a fork of a user's agent asked with the built-in brief's tools (item 3)",
+         Plan("201:sqlite:0", backend,
+              AgentSpec((_LOOK, ToolSpec("put_0", IDEMPOTENT, "idempotent", approval=True),
+                         ToolSpec("send_0", PLAIN, "plain"), ToolSpec("send_1", PLAIN, "plain"))),
+              (Action("start"), Action("fork", pick=0.596, pick2=0.618)))),
+        ("a store error inside a tool became its committed result, naming the database (item 4)",
+         Plan("manual:2", backend,
+              AgentSpec((_LOOK, ToolSpec("put_0", IDEMPOTENT, "idempotent"))),
+              (Action("start", fault=("store_error", 0.0, 1)), Action("resume")))),
+        ("a 529 burst past the SDK's retries set the run failed (item 5)",
+         Plan("known:overloaded", backend,
+              AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain"))),
+              (Action("start", fault=("burst529", 0.2, 3)),))),
+    ]
