@@ -73,6 +73,23 @@ def sim_backend(request):
         yield Backend("postgres", proxy)
 
 
+def _failure(plan: Plan, outcome) -> str:
+    """The plan, what went wrong, and the line that replays it exactly."""
+    return (f"{plan.describe()}\n  problems:\n" + "\n".join(f"    - {p}" for p in outcome.problems)
+            + f"\n  replay exactly: DAYFLOW_SIM_PLAN='{plan.to_json()}'")
+
+
+def _record(report: str, backend: str, index: int, plan: Plan, outcome) -> None:
+    """One example's figures, a JSON line appended to ``report``."""
+    with open(report, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"backend": backend, "seed": plan.seed, "index": index, "actions": len(plan.actions),
+                             "seconds": round(outcome.seconds, 2), "slowest_s": round(outcome.slowest_s, 2),
+                             "processes": outcome.processes, "kills": outcome.kills,
+                             "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
+                             "skipped": outcome.skipped, "verbs": outcome.verbs, "faults": outcome.faults,
+                             "kills_at": outcome.kills_at, "problems": outcome.problems}) + "\n")
+
+
 def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
     base_seed = os.environ.get("DAYFLOW_SIM_SEED") or str(random.randrange(10**6))
     examples = _int_env("DAYFLOW_SIM_EXAMPLES")
@@ -90,9 +107,7 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
         for what, plan in known_plans(sim_backend.name):
             outcome = sim_backend.attempt(plan, tmp_path / "known")
             if outcome.problems:
-                text = (f"known plan ({what}) failed again:\n{plan.describe()}\n  problems:\n"
-                        + "\n".join(f"    - {p}" for p in outcome.problems)
-                        + f"\n  replay exactly: DAYFLOW_SIM_PLAN='{plan.to_json()}'")
+                text = f"known plan ({what}) failed again:\n" + _failure(plan, outcome)
                 print(text)
                 failures.append(text)
         print(f"simulation on {sim_backend.name}: {len(known_plans(sim_backend.name))} known plan(s) in "
@@ -119,24 +134,16 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
         outcome = sim_backend.attempt(plan, tmp_path / f"ex{index}")
         ran += 1
         if report:
-            with open(report, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"backend": sim_backend.name, "seed": plan.seed, "index": index,
-                                     "actions": len(plan.actions), "seconds": round(outcome.seconds, 2), "slowest_s": round(outcome.slowest_s, 2),
-                                     "processes": outcome.processes, "kills": outcome.kills,
-                                     "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
-                                     "skipped": outcome.skipped, "verbs": outcome.verbs,
-                                     "faults": outcome.faults, "kills_at": outcome.kills_at,
-                                     "problems": outcome.problems}) + "\n")
+            _record(report, sim_backend.name, index, plan, outcome)
         if outcome.problems:
             text = (f"example {index} (DAYFLOW_SIM_SEED={base_seed} DAYFLOW_SIM_ONLY={index}), seed {plan.seed}:\n"
-                    f"{plan.describe()}\n  problems:\n" + "\n".join(f"    - {p}" for p in outcome.problems))
+                    + _failure(plan, outcome))
             if not shrunk and shrink_s > 0 and plans is None:
                 shrunk = True
-                small, small_outcome, tries = shrink(plan, outcome, lambda p: sim_backend.attempt(p, tmp_path / "shrink"),
+                small, small_outcome, tries = shrink(plan, outcome,
+                                                     lambda p: sim_backend.attempt(p, tmp_path / "shrink"),
                                                      budget_s=shrink_s)
-                text += (f"\n  shrunk in {tries} tries to:\n{small.describe()}\n  problems:\n"
-                         + "\n".join(f"    - {p}" for p in small_outcome.problems)
-                         + f"\n  replay exactly: DAYFLOW_SIM_PLAN='{small.to_json()}'")
+                text += f"\n  shrunk in {tries} tries to:\n" + _failure(small, small_outcome)
             print(text)
             failures.append(text)
         index += 1
