@@ -7,7 +7,6 @@ import gc
 import json
 import os
 import sys
-from datetime import timedelta
 from typing import Sequence
 
 from .config import values
@@ -393,33 +392,24 @@ def _dry_run(store, run, args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .money.cost import budget_text, cache_text, format_usd, run_cost_json, run_costs
-    from .store import effective_status
+    from .views.costs import budget_text, cache_text, cost_text
+    from .views.runs import run_json, run_lines
 
     store = _open_for_reading(args)
-    runs = store.list_runs(limit=args.limit, status=[args.status] if args.status else None)
-    if args.status in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
-        runs = [r for r in runs if effective_status(r) == args.status]  # liveness is not in SQL
-    costs = run_costs(store, [r.id for r in runs])
+    lines = run_lines(store, limit=args.limit, status=args.status)
     if args.json:
-        rows = [{"id": r.id, "status": effective_status(r), "stored_status": r.status, "created_at": r.created_at,
-                 "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
-                 "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
-                 "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
-                 **run_cost_json(costs[r.id], r.budget_usd), "error": r.error, "parent_id": r.parent_id,
-                 "forked_at": r.forked_at, "agent": r.agent or "brief"} for r in runs]
-        print(printable_json(rows))
+        print(printable_json([run_json(line) for line in lines]))
         return 0
-    if not runs:
+    if not lines:
         if args.status:
             print(f"no {args.status} runs", file=sys.stderr)
         else:
             print("no runs yet; start one with: dayflow brief", file=sys.stderr)
-    for r, depth in _as_tree(runs):
-        cost = costs[r.id]
+    for shown in lines:  # forks under their parents: the same tree as the dashboard's (views.forks)
+        r, depth, cost = shown.run, shown.depth, shown.cost
         indent = "  " * (depth - 1) + "└─ " if depth else ""
-        line = (f"{indent}{printable(r.id)}  {effective_status(r):<11}  {printable(r.created_at[:19])}  steps={r.step_count}  "
-                f"tokens={r.input_tokens}/{r.output_tokens}  cost={format_usd(cost.total, unknown='unknown')}  "
+        line = (f"{indent}{printable(r.id)}  {shown.status:<11}  {printable(r.created_at[:19])}  steps={r.step_count}  "
+                f"tokens={r.input_tokens}/{r.output_tokens}  cost={cost_text(cost.total)}  "
                 f"cache={cache_text(cost)}  {printable(r.model)}")
         budget = budget_text(r.budget_usd, cost.total)
         if budget:
@@ -436,123 +426,69 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_tree(runs: list) -> list[tuple]:
-    """Runs newest first, each fork listed under its parent (when the parent is listed too), with its depth."""
-    listed = {r.id for r in runs}
-    children: dict[str, list] = {}
-    for r in runs:
-        if r.parent_id in listed:
-            children.setdefault(r.parent_id, []).append(r)
-    ordered: list[tuple] = []
-
-    def add(run, depth: int) -> None:
-        ordered.append((run, depth))
-        for child in reversed(children.get(run.id, [])):  # oldest fork first under its parent
-            add(child, depth + 1)
-
-    for r in runs:
-        if r.parent_id not in listed:
-            add(r, 0)
-    return ordered
-
-
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from .money.cost import format_usd, run_costs, usd_number
+    from .views.costs import format_usd, usd_number
+    from .views.tasks import task_lines
 
     store = _open_for_reading(args)
-    tasks = store.list_tasks(include_done=args.all)
-    # What the run that created each task cost (the whole run: a task is one of its side effects).
-    costs = run_costs(store, [t.run_id for t in tasks if t.run_id])
+    lines = task_lines(store, include_done=args.all)
     if args.json:
         print(printable_json([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
-                           "idempotency_key": t.idempotency_key, "run_id": t.run_id,
-                           "run_cost_usd": usd_number(costs[t.run_id].total) if t.run_id else None}
-                           for t in tasks]))
+                               "idempotency_key": t.idempotency_key, "run_id": t.run_id,
+                               "run_cost_usd": usd_number(line.run_cost.total) if t.run_id else None}
+                              for line in lines for t in (line.task,)]))
         return 0
-    for t in tasks:
+    for line in lines:
+        t = line.task
         mark = "x" if t.done else " "
         due = f"  due {printable(t.due)}" if t.due else ""  # a date when a tool wrote it; a row can hold anything
-        origin = f"  (run {printable(t.run_id)}, {format_usd(costs[t.run_id].total)})" if t.run_id else ""
+        origin = f"  (run {printable(t.run_id)}, {format_usd(line.run_cost.total)})" if t.run_id else ""
         print(f"[{mark}] {t.id:>4}  {one_line(t.title, 80)}{due}  key={printable(t.idempotency_key)}{origin}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .money.cost import run_cost
     from .render import print_transcript
-    from .store.resumes import run_resumes
+    from .views.transcript import read_show
 
     store = _open(args, create=False, upgrade=False)
-    run = store.get_run(args.run_id)
     if args.raw or args.jsonl:
-        return _show_json(store, run, lines=args.jsonl)
-    print_transcript(run, store.steps(run.id), run_cost=run_cost(store, run.id),
-                     resumes=run_resumes(store, run.id), approvals=store.approvals(run.id))
+        return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
+    shown = read_show(store, args.run_id)
+    print_transcript(shown.run, list(shown.steps), run_cost=shown.cost, resumes=list(shown.resumes),
+                     approvals=list(shown.approvals))
     return 0
 
 
 def _show_json(store, run, *, lines: bool) -> int:
-    """``show --raw`` / ``--jsonl``: every step as data, never wrapped, boxed or styled.
-
-    A stored column that is not valid JSON (a damaged row) is given as the
-    text it holds, under ``*_unreadable``, so nothing stored is hidden.
-    """
-    import json
-
-    from .agent.replies import stored_raw
-
-    def parsed(text: str | None, name: str, into: dict) -> None:
-        if text is None:
-            into[name] = None
-            return
-        try:
-            into[name] = json.loads(text)
-        except ValueError:
-            into[name] = None
-            into[f"{name}_unreadable"] = text
+    """``show --raw`` / ``--jsonl``: every step as data (``views.json_rows.step_document``), never wrapped,
+    boxed or styled; a stored column that is not valid JSON is given as the text it holds."""
+    from .views.json_rows import step_document
 
     for step in store.steps(run.id):
-        doc: dict = {"run_id": run.id, "n": step.n, "stop_reason": step.stop_reason, "model": step.model,
-                     "input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
-                     "cache_creation_input_tokens": step.cache_creation_input_tokens,
-                     "cache_read_input_tokens": step.cache_read_input_tokens, "duration_ms": step.duration_ms,
-                     "created_at": step.created_at}
-        parsed(step.assistant, "assistant", doc)
-        parsed(step.tool_results, "tool_results", doc)
-        parsed(stored_raw(step.raw, step.assistant), "reply_as_received", doc)
-        print(printable_json(doc, indent=None if lines else 2))
+        print(printable_json(step_document(run.id, step), indent=None if lines else 2))
     return 0
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
     from .config.values import parse_since
-    from .money.cost import format_usd, since_label, spend, usd_number
+    from .views.costs import read_spend, spend_cache_text, spend_cost_text, spend_json
 
     since = parse_since(args.since) if args.since else None
     store = _open_for_reading(args)
-    rows, total = spend(store, since=since, by=args.by)
+    table = read_spend(store, since=since, by=args.by)
+    rows, total = list(table.rows), table.total
     if args.json:
-        def as_json(row) -> dict:
-            return {args.by if row is not total else "total": row.key, "runs": row.runs, "calls": row.calls,
-                    "input_tokens": row.input_tokens, "output_tokens": row.output_tokens,
-                    "cache_read_tokens": row.cache_read_tokens,
-                    "cost_usd": usd_number(row.cost.total) if row.cost is not None else None,
-                    "priced_usd": usd_number(row.priced.total), "unpriced_calls": row.unpriced_calls}
-
-        print(printable_json({"since": since, "by": args.by, "rows": [as_json(r) for r in rows],
-                              "total": as_json(total)}))
+        print(printable_json({"since": since, "by": args.by, "rows": [spend_json(r, args.by) for r in rows],
+                              "total": spend_json(total, "total")}))
         return 0
-    print(f"spend {since_label(since)}, by {args.by}")
+    print(f"spend {table.label()}, by {args.by}")
     width = max([len(args.by), 5] + [len(printable(r.key)) for r in rows])
     print(f"{args.by:<{width}}  {'runs':>5}  {'calls':>6}  {'input tok':>11}  {'output tok':>10}  "
           f"{'cache':>5}  cost")
     for row in rows + [total]:
-        cost = format_usd(row.cost.total) if row.cost is not None else \
-            f"price unknown ({row.unpriced_calls} call(s))" + (
-                f"; the priced calls: {format_usd(row.priced.total)}" if row.priced.total else "")
-        cache = f"{row.cache_read_tokens / row.input_tokens:.0%}" if row.input_tokens else "—"
         print(f"{printable(row.key):<{width}}  {row.runs:>5}  {row.calls:>6}  {row.input_tokens:>11,}  "
-              f"{row.output_tokens:>10,}  {cache:>5}  {cost}")
+              f"{row.output_tokens:>10,}  {spend_cache_text(row):>5}  {spend_cost_text(row)}")
     return 0
 
 
@@ -610,6 +546,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from .search.lines import hit_json, hit_plain, hit_text
     from .search.query import check_searchable, parse, parse_since, parse_statuses
+    from .views.search import search_query
 
     if args.reindex:
         if args.query:
@@ -627,24 +564,24 @@ def cmd_search(args: argparse.Namespace) -> int:
     check_searchable(query)
     since = parse_since(args.since) if args.since else None
     store = _open(args, create=False, upgrade=False)
-    result = store.search(query, limit=args.limit, since=since, agent=args.agent)
-    if result.note:
-        print(f"dayflow: note: {printable(result.note)}", file=sys.stderr)
+    found = search_query(store, query, limit=args.limit, since=since, agent=args.agent)
+    if found.note:
+        print(f"dayflow: note: {printable(found.note)}", file=sys.stderr)
     if args.json:
-        print(printable_json([hit_json(hit) for hit in result.hits]))
+        print(printable_json([hit_json(hit) for hit in found.hits]))
     elif sys.stdout.isatty():
         from rich.console import Console
 
         console = Console(highlight=False, markup=False, emoji=False, soft_wrap=False)
-        for hit in result.hits:
+        for hit in found.hits:
             console.print(hit_text(hit))
     else:
-        for hit in result.hits:
+        for hit in found.hits:
             print(hit_plain(hit))
-    if not result.hits:
+    if not found.hits:
         print(f"no matches for {printable(query.source.strip() or 'the filters given')}", file=sys.stderr)
-    elif result.more:
-        print(f"showing the newest {len(result.hits)}; there are more (raise --limit or narrow the query)",
+    elif found.more:
+        print(f"showing the newest {len(found.hits)}; there are more (raise --limit or narrow the query)",
               file=sys.stderr)
     return 0
 
@@ -734,15 +671,6 @@ def _mark_query_words(argv: list[str]) -> list[str]:
 
 
 # -- runs that travel: export, import, prune, vacuum --------------------------------------------------
-
-
-def _age_words(age: timedelta) -> str:
-    seconds = int(age.total_seconds())
-    for unit, size in (("week", 604_800), ("day", 86_400), ("hour", 3_600), ("minute", 60)):
-        if seconds >= size and seconds % size == 0:
-            count = seconds // size
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return f"{seconds} seconds"
 
 
 def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
@@ -864,13 +792,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from .store.retention import parse_statuses, prunable_runs, prune
     from .store.transfer import new_file, write_jsonl
+    from .views.time import age_words
 
     statuses = parse_statuses(args.status)
     store = _open(args, create=False)
     candidates = prunable_runs(store, older_than=args.older_than, statuses=statuses)
     which = "/".join(s.value for s in statuses)
     if not candidates:
-        print(f"nothing to prune: no {which} run was last changed more than {_age_words(args.older_than)} ago", file=sys.stderr)
+        print(f"nothing to prune: no {which} run was last changed more than {age_words(args.older_than)} ago", file=sys.stderr)
         return 0
 
     def line(verb: str, c) -> str:
@@ -1163,11 +1092,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .agent.run_diff import diff_runs
+    from .views.travel import read_diff
 
     store = _open_for_reading(args)
-    a, b = store.get_run(args.run_a), store.get_run(args.run_b)
-    found = diff_runs(a, store.steps(a.id), b, store.steps(b.id))
+    compared = read_diff(store, args.run_a, args.run_b)
+    a, b, found = compared.a, compared.b, compared.diff
     if args.json:
         print(printable_json(found.as_json()))
         return 0
