@@ -24,12 +24,12 @@ from dayflow_tui.agent.define import Agent, tool
 from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.errors import StoreError
 from dayflow_tui.store import open_store
-from dayflow_tui.store.backends import SqliteBackend
+from dayflow_tui.store.dialect import SqliteDialect
 
 from .crash_harness import expected_task_keys, read_db
 from .reliability_helpers import call_count, cli_env, dayflow, text
 
-STATEMENT_TIMEOUT_MS = 1500
+STATEMENT_TIMEOUT_MS = 2500  # only the statements waiting on the held table reach it, even on a busy host
 
 
 def with_session_settings(url: str, **settings: object) -> str:
@@ -151,7 +151,7 @@ def faulty_store(backend, db_target, monkeypatch):
     """The test's store, with short waits: SQLite's busy timeout and every store call's retry window
     (the fault is held far longer than both), PostgreSQL's statement_timeout for each session."""
     if backend == "sqlite":
-        monkeypatch.setitem(SqliteBackend.PRAGMAS, "busy_timeout", 200)
+        monkeypatch.setitem(SqliteDialect.PRAGMAS, "busy_timeout", 200)
         opened = open_store(db_target)
     else:
         opened = open_store(with_session_settings(db_target, statement_timeout=STATEMENT_TIMEOUT_MS))
