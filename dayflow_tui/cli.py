@@ -862,7 +862,7 @@ COMMANDS.update({"export": cmd_export, "import": cmd_import, "prune": cmd_prune,
 
 
 def _hash_prefix(text: str) -> str:
-    from .store.approvals import hash_prefix
+    from .store.tables.approvals import hash_prefix
 
     try:
         return hash_prefix(text)
@@ -932,7 +932,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     from .agent.approvals import decider, validated_edit
-    from .store.approvals import DecisionRefused
+    from .store.tables.approvals import DecisionRefused
 
     from .agent.registry import agent_for_run
 
@@ -1060,7 +1060,7 @@ def _edits(specs: list[str]) -> dict[tuple[int, str], str]:
 
 def cmd_fork(args: argparse.Namespace) -> int:
     from .agent.messages import messages_from
-    from .store.forks import ForkPlan
+    from .store.tables.forks import ForkPlan
 
     if args.append is not None and not args.append.strip():
         raise UsageError("--append needs some text")

@@ -28,7 +28,7 @@ def _count(n: object) -> str:
 def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
                      approvals: list | None = None) -> None:
-    """``resumes`` (``store.resumes.run_resumes``): where each resume began, marked with what it did not pay again."""
+    """``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
     # Every value is what a row holds, damaged or not: shown as text.
     header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(run.status)}  model=",

@@ -182,7 +182,7 @@ def test_an_unknown_tool_in_the_setting_is_refused_before_any_run(db_path, tmp_p
 def test_untrusted_arguments_never_reach_the_terminal_raw(db_path, tmp_path):
     """A waiting call's arguments come from the model: escapes are shown, not sent, in pending and show."""
     from dayflow_tui.store import open_store
-    from dayflow_tui.store.approvals import CallToAsk
+    from dayflow_tui.store.tables.approvals import CallToAsk
 
     db = str(db_path)
     env = approval_env(tmp_path)

@@ -188,7 +188,7 @@ def test_a_claim_loses_to_an_owner_that_heartbeats_after_the_read(store, monkeyp
         Run.update(heartbeat_at=clock.iso()).where(Run.id == row.id).execute()
         return verdict
 
-    monkeypatch.setattr(store_module.leases, "owner_alive", stale_then_beats)
+    monkeypatch.setattr(store_module.tables.claims, "owner_alive", stale_then_beats)
     with pytest.raises(RunBusy, match="other-host"):
         store.claim(run.id)
     assert store.get_run(run.id).lease_token == "s" * 32

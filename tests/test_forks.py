@@ -214,7 +214,7 @@ async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store
 @pytest.mark.anyio
 async def test_the_run_list_shows_forks_under_their_parent_and_folds_them(store):
     from dayflow_tui.agent import loop
-    from dayflow_tui.store.forks import ForkPlan
+    from dayflow_tui.store.tables.forks import ForkPlan
     from dayflow_tui.tui.app import DayflowApp
 
     from .conftest import CountingClient

@@ -83,7 +83,7 @@ def test_run_waiting_for_a_decision(snap_compare, tui_store):
 def test_diff_of_a_run_and_its_fork(snap_compare, tui_store):
     """Two runs side by side: the shared copies, the step a person changed, what followed."""
     from dayflow_tui.agent.offline import OfflineClient
-    from dayflow_tui.store.forks import ForkPlan
+    from dayflow_tui.store.tables.forks import ForkPlan
 
     demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
     with demo_data.clock_at(demo_data.BASE_TIME + timedelta(minutes=5)):

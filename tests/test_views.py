@@ -38,7 +38,7 @@ def ids(tree: forks.ForkTree) -> list[tuple[str, int]]:
 def _lineage(store) -> dict[str, str]:
     """A run, two forks of it, a fork of the first fork, and a newer run: their ids by role."""
     from dayflow_tui.agent import loop
-    from dayflow_tui.store.forks import ForkPlan
+    from dayflow_tui.store.tables.forks import ForkPlan
 
     from .conftest import CountingClient
 

@@ -21,8 +21,8 @@ from typing import Any
 from .. import settings
 from ..errors import UsageError
 from ..store import Lease, Run, Store, this_host
-from ..store.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
-from ..store.runs import approval_tools
+from ..store.tables.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
+from ..store.tables.runs import approval_tools
 from .journal import answer_call, call_id, kept_rows
 from .tools import ToolContext, ToolInputError, tool_result, validate
 

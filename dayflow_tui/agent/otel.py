@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .. import __version__, settings
 from ..errors import DayflowError, UsageError
 from ..store import Store, effective_status, safe_url, step_blocks
-from ..store.resumes import run_resumes
+from ..store.tables.resumes import run_resumes
 from ..store.status import RunStatus
 from .compaction import compact
 from .brief import SYSTEM as SYSTEM_PROMPT

@@ -1,18 +1,20 @@
 """The store: runs, steps, tasks and leases in one SQLite file or a PostgreSQL database.
 
-One module per job: ``models`` (the tables), ``status`` (the one RunStatus
-vocabulary), ``schema`` (migrations as an ordered list), ``retry`` (the reconnect policy),
-``runs``, ``steps``, ``tasks``, ``leases``, ``spool`` (paid replies that could
-not be committed), ``search`` (the index), and ``core`` (the ``Store`` and
-``open_store``); ``dialect`` holds everything that differs between SQLite and
-PostgreSQL. Every
+``api`` holds ``Store`` (one explicit class of every verb) and ``open_store``;
+each verb hands its work to a plain function in ``tables/`` (runs, steps,
+tasks, claims, approvals, forks, spend, resumes). Below them: ``models``
+(the tables), ``status`` (the one RunStatus vocabulary), ``schema``
+(migrations as an ordered list), ``retry`` (the reconnect policy),
+``leases`` (what a lease is and whether its owner lives), ``spool`` (paid
+replies that could not be committed), ``search`` (the index), and
+``dialect`` (everything that differs between SQLite and PostgreSQL). Every
 public method turns a database failure into ``StoreError`` with one
 readable line. The store knows nothing of the agent or any front end.
 """
 
 from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
 from .dialect import CHANGE_SLOTS, is_url, safe_url
-from .core import Store, default_db_path, open_store
+from .api import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
                      pid_alive, process_start_time)
 from .models import Run, Step, Task
@@ -21,8 +23,7 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sample_tasks import SEED_TASKS
 from .spool import ReplySpooled, ingest_spool, pending_spool, spool_reply
 from .status import RESUMABLE, RunStatus
-from .steps import StepRecord, dumps, step_blocks
-
+from .tables.steps import StepRecord, dumps, step_blocks
 
 
 def __getattr__(name: str):
@@ -33,7 +34,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "CHANGE_SLOTS", "HEARTBEAT_EVERY_S", "HOSTNAME", "MIGRATIONS", "RESUMABLE", "SCHEMA_VERSION", "SEED_TASKS",
-    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "Store", "Task",
+    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
     "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
     "process_start_time", "safe_url", "spool_reply", "step_blocks",

@@ -29,11 +29,12 @@ from peewee import fn
 from ..errors import UsageError
 from .models import Run, RunResume, Step, Task
 from .retry import store_call
-from .search import unindex_runs
+from .search.index import unindex_runs
 from .status import RunStatus
+from .tables.database import db_now
 
 if TYPE_CHECKING:
-    from .core import Store
+    from .handle import StoreHandle
 
 # States a person may prune. Queued and running runs are waiting for or being driven by a worker.
 PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET)
@@ -85,7 +86,7 @@ class PruneReport:
         return sum(c.row_bytes for c in self.removed)
 
 
-def _octets(store: "Store", column: peewee.Field):
+def _octets(store: "StoreHandle", column: peewee.Field):
     return store.dialect.octet_length(column)
 
 
@@ -95,13 +96,13 @@ def _chunks(items: list, size: int = _CHUNK) -> Iterable[list]:
 
 
 @store_call
-def prunable_runs(store: "Store", *, older_than: timedelta, statuses: Iterable[RunStatus] = DEFAULT_PRUNE
+def prunable_runs(store: "StoreHandle", *, older_than: timedelta, statuses: Iterable[RunStatus] = DEFAULT_PRUNE
                   ) -> list[PruneCandidate]:
     """Runs in ``statuses`` whose last change is older than ``older_than``, oldest first."""
     wanted = [RunStatus(s).value for s in statuses]
     if any(RunStatus(s) not in PRUNABLE for s in wanted):
         raise UsageError("only done, failed and budget runs can be pruned")
-    cutoff = store.db_now(-older_than.total_seconds())  # the clock updated_at was stamped with
+    cutoff = db_now(store, -older_than.total_seconds())  # the clock updated_at was stamped with
     text = (_octets(store, Run.user_msg) + fn.COALESCE(_octets(store, Run.final_text), 0)
             + fn.COALESCE(_octets(store, Run.error), 0))
     runs = list(Run.select(Run.id, Run.status, Run.updated_at, Run.step_count, text.alias("text_bytes"))
@@ -124,7 +125,7 @@ def prunable_runs(store: "Store", *, older_than: timedelta, statuses: Iterable[R
 
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
-def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
+def prune(store: "StoreHandle", candidates: list[PruneCandidate]) -> PruneReport:
     """Remove the candidates that are still exactly as selected, in one transaction."""
     report = PruneReport()
     free_before = _free_bytes(store)
@@ -158,7 +159,7 @@ def prune(store: "Store", candidates: list[PruneCandidate]) -> PruneReport:
 # -- sizes and vacuum --------------------------------------------------------
 
 
-def _free_bytes(store: "Store") -> int | None:
+def _free_bytes(store: "StoreHandle") -> int | None:
     return store.dialect.free_bytes(store.db)
 
 
@@ -169,7 +170,7 @@ class DatabaseSize:
 
 
 @store_call
-def database_size(store: "Store") -> DatabaseSize:
+def database_size(store: "StoreHandle") -> DatabaseSize:
     total = store.dialect.database_bytes(store.db, [m._meta.table_name for m in _TABLES])
     return DatabaseSize(total=total, free=_free_bytes(store))
 
@@ -184,7 +185,7 @@ class VacuumReport:
     shrinks_files: bool = True  # False: the free space stays in the tables and is reused by new rows (PostgreSQL)
 
 
-def vacuum(store: "Store") -> VacuumReport:
+def vacuum(store: "StoreHandle") -> VacuumReport:
     """Give free space back to the disk, safe while other processes read and write (module docstring)."""
     started = time.monotonic()
     before = database_size(store)

@@ -25,7 +25,7 @@ from .deadline import MIN_TRY_S
 from .models import bound_to
 
 if TYPE_CHECKING:
-    from .core import Store
+    from .handle import StoreHandle
 
 # How long a store operation keeps retrying a connection that went away or a SQLite lock held
 # by someone else. The commit of a paid response (append_step, and the tool results that follow
@@ -113,7 +113,7 @@ def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S
         delay = min(delay * 2, most)
 
 
-def store_call(method: Callable | None = None, *, retry_for: Callable[["Store"], float] | None = None,
+def store_call(method: Callable | None = None, *, retry_for: Callable[["StoreHandle"], float] | None = None,
                cut_stalls: bool = True) -> Callable:
     """Map driver errors to one readable ``StoreError`` line, retrying the ones a new connection cures.
 
@@ -139,7 +139,7 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[["Store"],
 
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
-        def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        def wrapper(self: "StoreHandle", *args: Any, **kwargs: Any) -> Any:
             depth = getattr(_retry_state, "depth", 0)
             outermost = depth == 0
             _retry_state.depth = depth + 1

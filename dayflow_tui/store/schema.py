@@ -18,21 +18,21 @@ import peewee
 from .. import clock
 from ..errors import StoreError
 from .models import MODELS, POSTGRES_MODELS, Approval, Run, Step, Task
-from .resumes import add_resumes_table
 from .sample_tasks import SEED_TASKS
-from .search import add_search_index
+from .search.backfill import add_search_index
+from .tables.resumes import add_resumes_table
 
 if TYPE_CHECKING:
-    from .core import Store
+    from .handle import StoreHandle
 
 DAYFLOW_TABLES = {m._meta.table_name for m in MODELS + POSTGRES_MODELS}
 
 
-def column_names(store: "Store", model: type) -> set[str]:
+def column_names(store: "StoreHandle", model: type) -> set[str]:
     return {c.name for c in store.db.get_columns(model._meta.table_name)}
 
 
-def add_column(store: "Store", model: type, field: peewee.Field) -> None:
+def add_column(store: "StoreHandle", model: type, field: peewee.Field) -> None:
     """``ALTER TABLE ... ADD COLUMN`` for ``field`` of ``model``, unless it is there already."""
     if field.column_name in column_names(store, model):
         return
@@ -47,18 +47,18 @@ def add_column(store: "Store", model: type, field: peewee.Field) -> None:
     store.db.execute_sql(f'ALTER TABLE "{model._meta.table_name}" ADD COLUMN {sql}', params or None)
 
 
-def _create_tables(store: "Store") -> None:
+def _create_tables(store: "StoreHandle") -> None:
     """Schema 1: the tables as the models define them today (later steps check before altering)."""
     store.db.create_tables(MODELS + store.dialect.own_tables())
     store.dialect.after_create(store.db)
 
 
-def _add_owner_started(store: "Store") -> None:
+def _add_owner_started(store: "StoreHandle") -> None:
     """Schema 2: the lease owner's process start time (pid reuse)."""
     add_column(store, Run, Run.owner_started)
 
 
-def _replies_as_sent(store: "Store") -> None:
+def _replies_as_sent(store: "StoreHandle") -> None:
     """Schema 3: the reply body as received, unbounded text for API-sent strings, attempts and backoff.
 
     PostgreSQL enforced the old ``varchar`` limits: a 130-character model name
@@ -75,25 +75,25 @@ def _replies_as_sent(store: "Store") -> None:
         store.dialect.widen_column(store.db, model._meta.table_name, field.column_name, kind)
 
 
-def _add_budget_usd(store: "Store") -> None:
+def _add_budget_usd(store: "StoreHandle") -> None:
     """Schema 6: the run's dollar budget (``--budget-usd``), durable across resumes."""
     add_column(store, Run, Run.budget_usd)
 
 
-def _add_approvals(store: "Store") -> None:
+def _add_approvals(store: "StoreHandle") -> None:
     """Schema 7: tool calls that wait for a person (``approvals``) and which tools a run asks about."""
     add_column(store, Run, Run.approval_tools)
     store.db.create_tables([Approval], safe=True)
 
 
-def _add_lineage(store: "Store") -> None:
+def _add_lineage(store: "StoreHandle") -> None:
     """Schema 8: a fork's parent run and fork point."""
     add_column(store, Run, Run.parent_id)
     add_column(store, Run, Run.forked_at)
     store.db.execute_sql('CREATE INDEX IF NOT EXISTS "runs_parent_id" ON "runs" ("parent_id")')
 
 
-def _add_agents(store: "Store") -> None:
+def _add_agents(store: "StoreHandle") -> None:
     """Schema 9: which agent each run belongs to (the runs before it are the built-in brief's), and when
     a call that must not run twice was started."""
     for column in (Run.agent, Run.agent_ref, Run.agent_fingerprint, Run.agent_shape):
@@ -102,7 +102,7 @@ def _add_agents(store: "Store") -> None:
     store.db.execute_sql('UPDATE "runs" SET "agent" = \'brief\' WHERE "agent" IS NULL')
 
 
-def _status_in_list_order(store: "Store") -> None:
+def _status_in_list_order(store: "StoreHandle") -> None:
     """Schema 10: the status index also in the list's order (status, created_at, id), in place of the
     status-only one: a status filter, End/G within it and the waiting runs pinned on top read one page of
     the index at any size (the status-only index left SQLite sorting, or scanning a million runs)."""
@@ -111,7 +111,7 @@ def _status_in_list_order(store: "Store") -> None:
     store.db.execute_sql('DROP INDEX IF EXISTS "runs_status"')
 
 
-MIGRATIONS: tuple[Callable[["Store"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
+MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order)
@@ -127,7 +127,7 @@ def _seed_sample_tasks() -> None:
                     created_at=now).on_conflict_ignore().execute()
 
 
-def migrate(store: "Store", *, create: bool = True, upgrade: bool = True) -> None:
+def migrate(store: "StoreHandle", *, create: bool = True, upgrade: bool = True) -> None:
     """Bring the database to ``SCHEMA_VERSION``.
 
     ``create=False`` never creates tables in an empty database; ``upgrade=False``

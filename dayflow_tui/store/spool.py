@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import clock, settings
 from ..errors import StoreError
-from .steps import StepRecord, dumps
+from .tables.runs import get_run
+from .tables.steps import StepRecord, append_step, dumps, step_at
 
 if TYPE_CHECKING:
-    from .core import Store
+    from .handle import StoreHandle
     from .leases import Lease
 
 SPOOL_VERSION = 1
@@ -43,7 +44,7 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
-def spool_reply(store: "Store", run_id: str, step: StepRecord, final: tuple[str, str | None, str | None] | None,
+def spool_reply(store: "StoreHandle", run_id: str, step: StepRecord, final: tuple[str, str | None, str | None] | None,
                 reason: str) -> Path:
     """Write one reply durably (temp file, fsync, rename, fsync of the directory) and return its path."""
     folder = _private_dir(spool_dir())
@@ -66,7 +67,7 @@ def spool_reply(store: "Store", run_id: str, step: StepRecord, final: tuple[str,
     return path
 
 
-def _spooled_for(store: "Store", run_id: str) -> list[tuple[int, Path, dict]]:
+def _spooled_for(store: "StoreHandle", run_id: str) -> list[tuple[int, Path, dict]]:
     folder = spool_dir()
     if not folder.is_dir():
         return []
@@ -82,12 +83,12 @@ def _spooled_for(store: "Store", run_id: str) -> list[tuple[int, Path, dict]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def pending_spool(store: "Store", run_id: str) -> list[Path]:
+def pending_spool(store: "StoreHandle", run_id: str) -> list[Path]:
     """Spool files on this host waiting to be stored into this run."""
     return [path for _n, path, _record in _spooled_for(store, run_id)]
 
 
-def ingest_spool(store: "Store", run_id: str, lease: "Lease") -> int:
+def ingest_spool(store: "StoreHandle", run_id: str, lease: "Lease") -> int:
     """Store this run's spooled replies (in step order) under ``lease``; returns how many were stored.
 
     A reply whose step is already stored as spooled (its commit did land
@@ -98,18 +99,18 @@ def ingest_spool(store: "Store", run_id: str, lease: "Lease") -> int:
     stored = 0
     for n, path, record in _spooled_for(store, run_id):
         step = StepRecord(**_fields(record["step"]))
-        existing = store.step_at(run_id, n)
+        existing = step_at(store, run_id, n)
         if existing is not None:
             if existing.assistant != dumps(step.assistant):
                 os.replace(path, path.with_suffix(".obsolete"))
             else:
                 path.unlink(missing_ok=True)
             continue
-        if n != store.get_run(run_id).step_count + 1:
+        if n != get_run(store, run_id).step_count + 1:
             raise StoreError(f"spool file {path}: step {n} of run {run_id} does not follow the stored steps; "
                              "left in place")
         status, text, error = record["final"] or (None, None, None)
-        store.append_step(run_id, step, lease=lease, final_status=status, final_text=text, final_error=error)
+        append_step(store, run_id, step, lease=lease, final_status=status, final_text=text, final_error=error)
         path.unlink(missing_ok=True)
         stored += 1
     return stored

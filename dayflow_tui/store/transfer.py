@@ -42,12 +42,12 @@ from ..errors import StoreError, UsageError
 from .models import Approval, Run, RunResume, Step, Task
 from .retry import store_call
 from .schema import SCHEMA_VERSION
-from .search import index_runs
+from .search.index import index_runs
 from .status import STORED
-from .steps import _insert_statement
+from .tables.steps import _insert_statement
 
 if TYPE_CHECKING:
-    from .core import Store
+    from .handle import StoreHandle
 
 FORMAT = 1
 MARKER = "runs"
@@ -102,7 +102,7 @@ def _line(record: dict[str, Any]) -> str:
 
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
-def run_records(store: "Store", run_id: str) -> list[dict[str, Any]]:
+def run_records(store: "StoreHandle", run_id: str) -> list[dict[str, Any]]:
     """One run's records as written to the file, read in one snapshot (a run being driven stays whole)."""
     with _snapshot(store):
         run = Run.get_or_none(Run.id == run_id)
@@ -121,14 +121,14 @@ def run_records(store: "Store", run_id: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _snapshot(store: Store) -> Iterator[None]:
+def _snapshot(store: StoreHandle) -> Iterator[None]:
     """One read transaction: SQLite's WAL snapshot, PostgreSQL's REPEATABLE READ."""
     with store.db.atomic():
         store.dialect.begin_snapshot(store.db)
         yield
 
 
-def write_jsonl(store: "Store", run_ids: Iterable[str], out: IO[str]) -> Counts:
+def write_jsonl(store: "StoreHandle", run_ids: Iterable[str], out: IO[str]) -> Counts:
     """Write the header, each run's records and the end line to ``out``."""
     counts = Counts()
     out.write(_line(header()))
@@ -400,7 +400,7 @@ def _chunks(items: list, size: int = 500) -> Iterator[list]:
 
 
 @store_call
-def existing_run_ids(store: "Store", run_ids: list[str]) -> set[str]:
+def existing_run_ids(store: "StoreHandle", run_ids: list[str]) -> set[str]:
     found: set[str] = set()
     for chunk in _chunks(run_ids):
         found |= {r for (r,) in Run.select(Run.id).where(Run.id.in_(chunk)).tuples()}
@@ -417,7 +417,7 @@ def _free_id(model: type[peewee.Model], wanted: int) -> bool:
 
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
-def import_archive(store: "Store", archive: Archive, *, as_new: bool = False) -> ImportReport:
+def import_archive(store: "StoreHandle", archive: Archive, *, as_new: bool = False) -> ImportReport:
     """Write a validated archive's rows in one transaction (see the module docstring)."""
     report = ImportReport()
     taken = existing_run_ids(store, archive.run_ids)

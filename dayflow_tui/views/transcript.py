@@ -74,7 +74,7 @@ class ShownRun:
 
 def read_show(store, run_id: str) -> ShownRun:
     from ..money.cost import run_cost
-    from ..store.resumes import run_resumes
+    from ..store.tables.resumes import run_resumes
 
     run = store.get_run(run_id)
     return ShownRun(run, tuple(store.steps(run.id)), run_cost(store, run.id), tuple(run_resumes(store, run.id)),

@@ -19,7 +19,7 @@ from ..search.docs import DocRow, IndexState
 
 if TYPE_CHECKING:
     from ...search.query import Query
-    from ..core import Store
+    from ..handle import StoreHandle
 
 
 class Dialect:
@@ -126,7 +126,7 @@ class Dialect:
         """Bytes on disk that hold Dayflow's data."""
         raise NotImplementedError
 
-    def vacuum(self, store: "Store", tables: Sequence[str]) -> tuple[bool, bool]:
+    def vacuum(self, store: "StoreHandle", tables: Sequence[str]) -> tuple[bool, bool]:
         """Give free space back, safe while other processes read and write: (converted, log truncated)."""
         raise NotImplementedError
 

@@ -27,7 +27,7 @@ from .base import Dialect
 from .urls import safe_url
 
 if TYPE_CHECKING:
-    from ..core import Store
+    from ..handle import StoreHandle
 
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
@@ -228,7 +228,7 @@ class PostgresDialect(Dialect):
         return sum(int(db.execute_sql("SELECT pg_total_relation_size(%s)", (f'"{t}"',)).fetchone()[0])
                    for t in tables)
 
-    def vacuum(self, store: "Store", tables: Sequence[str]) -> tuple[bool, bool]:
+    def vacuum(self, store: "StoreHandle", tables: Sequence[str]) -> tuple[bool, bool]:
         """A plain ``VACUUM (ANALYZE)``, which blocks nobody (VACUUM FULL would lock the tables)."""
         _vacuum_analyze(store, tables)
         return False, True
@@ -281,7 +281,7 @@ class PostgresDialect(Dialect):
 
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
-def _vacuum_analyze(store: "Store", tables: Sequence[str]) -> None:
+def _vacuum_analyze(store: "StoreHandle", tables: Sequence[str]) -> None:
     store.db.execute_sql(f"VACUUM (ANALYZE) {_table_list(tables)}")
 
 

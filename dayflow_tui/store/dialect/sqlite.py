@@ -21,7 +21,7 @@ from ..search.docs import DOCS, DocRow, IndexState, allowed_columns, by_column, 
 from .base import Dialect
 
 if TYPE_CHECKING:
-    from ..core import Store
+    from ..handle import StoreHandle
 
 # A ~2.5 KB step row took a 4 KB page of its own; 16 KB pages hold several: a third fewer bytes
 # per step, commits and reads no slower (bench item 9). New files only: an existing file keeps its pages.
@@ -152,7 +152,7 @@ class SqliteDialect(Dialect):
     def database_bytes(self, db: peewee.Database, tables: Sequence[str]) -> int:
         return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
 
-    def vacuum(self, store: "Store", tables: Sequence[str]) -> tuple[bool, bool]:
+    def vacuum(self, store: "StoreHandle", tables: Sequence[str]) -> tuple[bool, bool]:
         """A megabyte per short write transaction, so a worker's commit waits at most one chunk.
 
         A file not yet in incremental auto-vacuum mode is converted first by
@@ -300,19 +300,19 @@ def _pragma(db: peewee.Database, name: str) -> int:
 
 
 @store_call
-def _auto_vacuum_mode(store: "Store") -> int:
+def _auto_vacuum_mode(store: "StoreHandle") -> int:
     return _pragma(store.db, "auto_vacuum")
 
 
 @store_call
-def _convert_to_incremental(store: "Store") -> None:
+def _convert_to_incremental(store: "StoreHandle") -> None:
     """One full ``VACUUM``: it rewrites the file, so it holds the write lock for as long as that takes."""
     store.db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")
     store.db.execute_sql("VACUUM")
 
 
 @store_call
-def _vacuum_step(store: "Store") -> int:
+def _vacuum_step(store: "StoreHandle") -> int:
     """Free up to ``VACUUM_BYTES_PER_STEP`` in one short write transaction; the free pages left."""
     pages = max(1, VACUUM_BYTES_PER_STEP // _pragma(store.db, "page_size"))
     # executescript steps the pragma to its end (a plain execute frees one page per step).
@@ -321,7 +321,7 @@ def _vacuum_step(store: "Store") -> int:
 
 
 @store_call
-def _checkpoint(store: "Store") -> bool:
+def _checkpoint(store: "StoreHandle") -> bool:
     """Copy the log into the file and truncate it; False when a reader kept it from finishing.
 
     The wait is cut short (``CHECKPOINT_WAIT_MS``, not the 10 s busy timeout)

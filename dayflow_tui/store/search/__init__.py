@@ -3,7 +3,7 @@
 ``docs`` (what an index row is), ``index`` (the writes the commit paths
 make), ``backfill`` (the migration that builds it, and ``--reindex``),
 ``query`` (candidates from the index, checked against the stored rows),
-``verbs`` (the ``Store`` methods). How words are stored and matched is
+``verbs`` (what ``api.Store`` calls). How words are stored and matched is
 the dialect's (``store.dialect``): FTS5 on SQLite, a tsvector on PostgreSQL.
 """
 
@@ -11,8 +11,8 @@ from .backfill import OnNote, OnProgress, add_search_index, rebuild
 from .docs import DOCS, IndexState
 from .index import index_run_text, index_runs, index_state, index_step_text, unindex_runs
 from .query import BUILT_IN_AGENT, Hit, SearchResult, search
-from .verbs import SearchQueries
+from .verbs import rebuild_search_index, run_search
 
-__all__ = ["BUILT_IN_AGENT", "DOCS", "Hit", "IndexState", "OnNote", "OnProgress", "SearchQueries", "SearchResult",
-           "add_search_index", "index_run_text", "index_runs", "index_state", "index_step_text", "rebuild", "search",
-           "unindex_runs"]
+__all__ = ["BUILT_IN_AGENT", "DOCS", "Hit", "IndexState", "OnNote", "OnProgress", "SearchResult",
+           "add_search_index", "index_run_text", "index_runs", "index_state", "index_step_text", "rebuild",
+           "rebuild_search_index", "run_search", "search", "unindex_runs"]

@@ -14,7 +14,7 @@ from .docs import DocRow, chunks
 from .index import RUN_COLUMNS, forget_state, run_docs, write_docs
 
 if TYPE_CHECKING:
-    from ..core import Store
+    from ..handle import StoreHandle
 
 OnProgress = Callable[[int, int], None]  # (steps indexed so far, steps in all)
 OnNote = Callable[[str], None]
@@ -30,7 +30,7 @@ def _no_note(text: str) -> None:
     pass
 
 
-def add_search_index(store: "Store") -> None:
+def add_search_index(store: "StoreHandle") -> None:
     """Schema migration: the search tables, filled from every run and step already stored.
 
     Runs inside the migration's transaction; reports to the callbacks ``open_store`` was given
@@ -49,7 +49,7 @@ def add_search_index(store: "Store") -> None:
     fill(store, on_progress)
 
 
-def rebuild(store: "Store", on_progress: OnProgress | None = None) -> int:
+def rebuild(store: "StoreHandle", on_progress: OnProgress | None = None) -> int:
     """Drop and rebuild the whole index from the stored rows; returns the number of rows indexed.
 
     The one repair for an index that cannot be trusted (written around by a
@@ -67,7 +67,7 @@ def rebuild(store: "Store", on_progress: OnProgress | None = None) -> int:
         return fill(store, on_progress or _no_progress)
 
 
-def fill(store: "Store", on_progress: OnProgress) -> int:
+def fill(store: "StoreHandle", on_progress: OnProgress) -> int:
     """Index every run and step, oldest run first (ids then follow time, so newest-first is id order)."""
     db = store.db
     written = 0

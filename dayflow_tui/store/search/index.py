@@ -24,10 +24,10 @@ from .docs import (DOCS, PART_ERROR, PART_FINAL, PART_FINAL_TURN, PART_RESULTS, 
                    DocRow, IndexState, blocks, by_column, chunks)
 
 if TYPE_CHECKING:
-    from ..core import Store
+    from ..handle import StoreHandle
 
 
-def index_state(store: "Store") -> IndexState:
+def index_state(store: "StoreHandle") -> IndexState:
     """Read once per store (a few catalog reads), then cached: the commit paths ask on every step."""
     state = getattr(store, "_search_state", None)
     if state is None:
@@ -35,16 +35,16 @@ def index_state(store: "Store") -> IndexState:
     return state
 
 
-def forget_state(store: "Store") -> None:
+def forget_state(store: "StoreHandle") -> None:
     store._search_state = None
 
 
-def write_docs(store: "Store", docs: Sequence[DocRow]) -> int:
+def write_docs(store: "StoreHandle", docs: Sequence[DocRow]) -> int:
     """Insert index rows (``(run_id, n, part, body, places by column)``); rows without a word are skipped."""
     return store.dialect.write_search_docs(store.db, docs)
 
 
-def index_step_text(store: "Store", run_id: str, n: int, *, assistant: list | None = None,
+def index_step_text(store: "StoreHandle", run_id: str, n: int, *, assistant: list | None = None,
                     results: list | None = None, final_text: str | None = None, error: str | None = None) -> None:
     """Index what a step commit adds: its model turn (``assistant``) or its tool results.
 
@@ -70,7 +70,7 @@ def index_step_text(store: "Store", run_id: str, n: int, *, assistant: list | No
     write_docs(store, docs)
 
 
-def index_run_text(store: "Store", run_id: str, *, task: str | None = None, final_text: str | None = None,
+def index_run_text(store: "StoreHandle", run_id: str, *, task: str | None = None, final_text: str | None = None,
                    error: str | None = None) -> None:
     """Index what a run-level write adds: the task of a new run, or a final text or error it ends with."""
     state = index_state(store)
@@ -90,7 +90,7 @@ def index_run_text(store: "Store", run_id: str, *, task: str | None = None, fina
     write_docs(store, docs)
 
 
-def _note_unindexed(store: "Store", state: IndexState, run_id: str, n: int) -> None:
+def _note_unindexed(store: "StoreHandle", state: IndexState, run_id: str, n: int) -> None:
     """A process that cannot write the index, writing to a database that has it: say once that it is now behind."""
     if not state.has_table or getattr(store, "_search_stale_noted", False):
         return
@@ -102,7 +102,7 @@ def _note_unindexed(store: "Store", state: IndexState, run_id: str, n: int) -> N
 RUN_COLUMNS = "id, user_msg, final_text, error, step_count"
 
 
-def run_docs(store: "Store", runs: Sequence[tuple], *, on_step: Callable[[], None] = lambda: None
+def run_docs(store: "StoreHandle", runs: Sequence[tuple], *, on_step: Callable[[], None] = lambda: None
              ) -> Iterator[DocRow]:
     """The index rows of ``runs`` (``RUN_COLUMNS`` rows), built from their stored steps."""
     db = store.db
@@ -132,7 +132,7 @@ def run_docs(store: "Store", runs: Sequence[tuple], *, on_step: Callable[[], Non
             yield (run_id, step_count, PART_ERROR, error, {ERROR: [Place(ERROR, error)]})
 
 
-def index_runs(store: "Store", run_ids: Sequence[str]) -> None:
+def index_runs(store: "StoreHandle", run_ids: Sequence[str]) -> None:
     """Index whole runs written around the commit paths (``dayflow import``), inside the caller's transaction."""
     state = index_state(store)
     if state.kind is None:
@@ -146,7 +146,7 @@ def index_runs(store: "Store", run_ids: Sequence[str]) -> None:
         write_docs(store, list(run_docs(store, runs)))
 
 
-def unindex_runs(store: "Store", run_ids: Sequence[str]) -> None:
+def unindex_runs(store: "StoreHandle", run_ids: Sequence[str]) -> None:
     """Remove these runs from the index, inside the caller's transaction, before their rows are deleted.
 
     The index rows follow a deleted run on their own (ON DELETE CASCADE);

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ...search.query import Query, check_searchable
 from ...search.text import LABELS, PlaceWords, Snippet, best_place, is_final_turn, place_matches, snippet
-from ..leases import effective_status
+from ..leases import effective_status, with_clock
 from ..models import Run, Step
 from .docs import (DOCS, PART_ERROR, PART_FINAL, PART_FINAL_TURN, PART_RESULTS, PART_TASK, PART_TURN, STEP_PARTS,
                    WEIGHTS, Doc, IndexState, allowed_columns, blocks, chunks, load_docs)
 from .index import index_state
 
 if TYPE_CHECKING:
-    from ..core import Store
+    from ..handle import StoreHandle
 
 # The agent every run belongs to until runs record their agent (``Run.agent``).
 BUILT_IN_AGENT = "brief"
@@ -61,7 +61,7 @@ def _parts_holding(columns: Iterable[str]) -> list[int]:
     return [part for part, weights in WEIGHTS.items() if wanted & set(weights)]
 
 
-def _agent_clause(store: "Store", agent: str | None) -> tuple[str, list] | None:
+def _agent_clause(store: "StoreHandle", agent: str | None) -> tuple[str, list] | None:
     """Runs of ``agent``: by the run's recorded agent when runs have one, else every run is the built-in one."""
     if agent is None:
         return None
@@ -75,7 +75,7 @@ def _stored_statuses(query: Query) -> list[str]:
     return sorted({"running" if s.value == "interrupted" else s.value for s in query.statuses})
 
 
-def search(store: "Store", query: Query, *, limit: int = 50, since: str | None = None, agent: str | None = None,
+def search(store: "StoreHandle", query: Query, *, limit: int = 50, since: str | None = None, agent: str | None = None,
            before: int | None = None) -> SearchResult:
     """Hits for ``query``, newest first: at most ``limit``, from the index row ``before`` on (paging)."""
     check_searchable(query)
@@ -108,14 +108,14 @@ def search(store: "Store", query: Query, *, limit: int = 50, since: str | None =
     return SearchResult(tuple(hits), more and bool(hits), next_cursor, True, _stale_note(store))
 
 
-def _stale_note(store: "Store") -> str | None:
+def _stale_note(store: "StoreHandle") -> str | None:
     if not store.dialect.search_index_behind(store.db):
         return None
     return ("the search index misses steps written by a Dayflow whose SQLite has no FTS5; "
             "rebuild it with: dayflow search --reindex")
 
 
-def _resolve_runs(store: "Store", prefixes: Sequence[str]) -> list[str]:
+def _resolve_runs(store: "StoreHandle", prefixes: Sequence[str]) -> list[str]:
     found: list[str] = []
     for prefix in prefixes:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -126,7 +126,7 @@ def _resolve_runs(store: "Store", prefixes: Sequence[str]) -> list[str]:
     return sorted(set(found))
 
 
-def _candidates(store: "Store", query: Query, state: IndexState, *, cursor: int | None, page: int,
+def _candidates(store: "StoreHandle", query: Query, state: IndexState, *, cursor: int | None, page: int,
                 since: str | None, agent: str | None, run_ids: list[str] | None) -> list[tuple]:
     """Index rows that may hold a hit, newest first (checked against the stored rows afterwards)."""
     db = store.db
@@ -181,7 +181,7 @@ def _candidates(store: "Store", query: Query, state: IndexState, *, cursor: int 
     return db.execute_sql(sql, params).fetchall()
 
 
-def _verify(store: "Store", query: Query, rows: Sequence[tuple]) -> list[Hit]:
+def _verify(store: "StoreHandle", query: Query, rows: Sequence[tuple]) -> list[Hit]:
     """The candidates that really match, as hits (the stored rows are the truth; the index only narrows)."""
     docs = load_docs(store.db, rows)
     runs = _runs_by_id(store, sorted({doc.run_id for doc in docs}))
@@ -222,11 +222,11 @@ def _hit_of(doc: Doc, query: Query, status: str, at: str) -> Hit | None:
                status, at, doc.doc_id, others, held)
 
 
-def _runs_by_id(store: "Store", run_ids: Sequence[str]) -> dict[str, Run]:
+def _runs_by_id(store: "StoreHandle", run_ids: Sequence[str]) -> dict[str, Run]:
     runs: dict[str, Run] = {}
     for chunk in chunks(list(run_ids), 300):
         columns = [f for f in Run._meta.sorted_fields if f.name != "final_text"]
-        for run in store._with_clock(Run.select(*columns)).where(Run.id.in_(list(chunk))):
+        for run in with_clock(store, Run.select(*columns)).where(Run.id.in_(list(chunk))):
             runs[run.id] = run
     return runs
 
@@ -234,13 +234,13 @@ def _runs_by_id(store: "Store", run_ids: Sequence[str]) -> dict[str, Run]:
 # -- without an index: scan ---------------------------------------------------------------------------
 
 
-def _scan(store: "Store", query: Query, *, limit: int, since: str | None, agent: str | None,
+def _scan(store: "StoreHandle", query: Query, *, limit: int, since: str | None, agent: str | None,
           run_ids: list[str] | None) -> tuple[list[Hit], bool]:
     """Every run and step read and matched in Python, newest run first: the same answers, slowly."""
     agent_clause = _agent_clause(store, agent)
     if agent_clause is not None and agent_clause[0] == "1 = 0":
         return [], False
-    runs = store._with_clock(Run.select()).order_by(Run.created_at.desc(), Run.id.desc())
+    runs = with_clock(store, Run.select()).order_by(Run.created_at.desc(), Run.id.desc())
     if run_ids is not None:
         runs = runs.where(Run.id.in_(run_ids))
     if query.statuses:

@@ -74,7 +74,7 @@ def fork_in_worker(app, run_id: str, at: int, note: str | None) -> None:
 
     def make() -> None:
         from ...agent.messages import messages_from
-        from ...store.forks import ForkPlan
+        from ...store.tables.forks import ForkPlan
 
         try:
             fork = app.store.fork_run(run_id, ForkPlan(at=at, note=note),

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from .. import clock
-from ..errors import RunBusy, StoreError
-from ..testhook import pause_point
-from .leases import Lease
-from .models import Run, Step
-from .retry import attempt_number, store_call
-from .search import index_step_text
+from ... import clock
+from ...errors import RunBusy, StoreError
+from ...testhook import pause_point
+from ..leases import Lease
+from ..models import Run, Step
+from ..retry import attempt_number, store_call
+from ..search.index import index_step_text
 
 if TYPE_CHECKING:
-    from .core import Store
+    from ..handle import StoreHandle
 
 
-def _commit_window(store: "Store") -> float:
+def _commit_window(store: "StoreHandle") -> float:
     return store.commit_window()
 
 
@@ -73,103 +73,106 @@ def step_blocks(step: Step, column: str) -> list[dict] | None:
     return value
 
 
-class StepQueries:
-    """The store's step operations (a part of ``Store``)."""
+@store_call(retry_for=_commit_window)
+def append_step(store: StoreHandle, run_id: str, step: StepRecord, *, lease: Lease | None = None,
+                final_status: str | None = None, final_text: str | None = None,
+                final_error: str | None = None) -> None:
+    """Commit one model response and add its tokens to the run, in one transaction.
 
-    @store_call(retry_for=_commit_window)
-    def append_step(self: "Store", run_id: str, step: StepRecord, *, lease: Lease | None = None,
-                    final_status: str | None = None, final_text: str | None = None,
-                    final_error: str | None = None) -> None:
-        """Commit one model response and add its tokens to the run, in one transaction.
+    With ``final_status`` the run is finished in the same transaction, so an
+    end_turn step and the run's ``done`` can never disagree after a crash.
+    A committed step is progress: the run's count of attempts in a row without one starts again at 1,
+    the attempt that committed it (it may still die in the step's tools: that death is its attempt's,
+    so a poison tool runs ``max_attempts`` times in all, not one more). A finished run keeps 0.
+    """
+    assistant = dumps(step.assistant)
+    if attempt_number() and step_landed(store, run_id, step.n, assistant, lease):
+        return  # the earlier try committed; only its answer was lost with the connection
+    now = store.dialect.now()
+    stamp = now if isinstance(now, str) else None
+    row = dict(run=run_id, n=step.n, stop_reason=step.stop_reason, assistant=assistant,
+               tool_results=None, input_tokens=step.input_tokens, output_tokens=step.output_tokens,
+               cache_creation_input_tokens=step.cache_creation_input_tokens,
+               cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
+               duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
+               compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
+               created_at=stamp or _host_now())
+    values: dict[str, Any] = {"attempts": 0 if final_status is not None else 1, "not_before": None}
+    if final_status is not None:
+        values.update(status=final_status, final_text=final_text, error=final_error)
+    added = (step.input_tokens, step.output_tokens, step.cache_creation_input_tokens,
+             step.cache_read_input_tokens)
+    insert_sql, insert_params = _insert_statement(store.db, Step, row)
+    update_sql, update_params = _add_step_to_run_statement(store, run_id, added, values, lease, stamp)
+    with store.write_transaction():
+        # The lease-checked run update first: a driver that lost its run is told so (RunBusy),
+        # not that the new owner already committed this step number.
+        if store.db.execute_sql(update_sql, update_params).rowcount != 1:
+            raise RunBusy(f"run {run_id} was taken over by another process")
+        store.db.execute_sql(insert_sql, insert_params)
+        index_step_text(store, run_id, step.n, assistant=step.assistant,
+                        final_text=final_text if final_status else None, error=final_error)
+        pause_point("commit")
+    pause_point("committed")
 
-        With ``final_status`` the run is finished in the same transaction, so an
-        end_turn step and the run's ``done`` can never disagree after a crash.
-        A committed step is progress: the run's count of attempts in a row without one starts again at 1,
-        the attempt that committed it (it may still die in the step's tools: that death is its attempt's,
-        so a poison tool runs ``max_attempts`` times in all, not one more). A finished run keeps 0.
-        """
-        assistant = dumps(step.assistant)
-        if attempt_number() and self._step_landed(run_id, step.n, assistant, lease):
-            return  # the earlier try committed; only its answer was lost with the connection
-        now = self.backend.now()
-        stamp = now if isinstance(now, str) else None
-        row = dict(run=run_id, n=step.n, stop_reason=step.stop_reason, assistant=assistant,
-                   tool_results=None, input_tokens=step.input_tokens, output_tokens=step.output_tokens,
-                   cache_creation_input_tokens=step.cache_creation_input_tokens,
-                   cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
-                   duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
-                   compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
-                   created_at=stamp or _host_now())
-        values: dict[str, Any] = {"attempts": 0 if final_status is not None else 1, "not_before": None}
-        if final_status is not None:
-            values.update(status=final_status, final_text=final_text, error=final_error)
-        added = (step.input_tokens, step.output_tokens, step.cache_creation_input_tokens,
-                 step.cache_read_input_tokens)
-        insert_sql, insert_params = _insert_statement(self.db, Step, row)
-        update_sql, update_params = _add_step_to_run_statement(self, run_id, added, values, lease, stamp)
-        with self.write_transaction():
-            # The lease-checked run update first: a driver that lost its run is told so (RunBusy),
-            # not that the new owner already committed this step number.
-            if self.db.execute_sql(update_sql, update_params).rowcount != 1:
-                raise RunBusy(f"run {run_id} was taken over by another process")
-            self.db.execute_sql(insert_sql, insert_params)
-            index_step_text(self, run_id, step.n, assistant=step.assistant,
-                            final_text=final_text if final_status else None, error=final_error)
-            pause_point("commit")
-        pause_point("committed")
 
-    def _step_landed(self: "Store", run_id: str, n: int, assistant: str, lease: Lease | None) -> bool:
-        """On a retry: is step ``n`` already stored as we sent it, under our lease?"""
-        stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
-        if stored is None or stored.assistant != assistant:
-            return False
-        return lease is None or Run.get_by_id(run_id).lease_token == lease.token
+def step_landed(store: StoreHandle, run_id: str, n: int, assistant: str, lease: Lease | None) -> bool:
+    """On a retry: is step ``n`` already stored as we sent it, under our lease?"""
+    stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+    if stored is None or stored.assistant != assistant:
+        return False
+    return lease is None or Run.get_by_id(run_id).lease_token == lease.token
 
-    @store_call(retry_for=_commit_window)
-    def set_tool_results(self: "Store", run_id: str, n: int, results: list[dict], *,
-                         lease: Lease | None = None) -> None:
-        encoded = dumps(results)
-        now = self.backend.now()
-        with self.write_transaction():
-            # The lease first: a driver that lost its run is told so (RunBusy, exit 4),
-            # not that the new owner has already recorded these results.
-            if self.db.execute_sql(*_touch_run_statement(self.db, now, run_id, lease)).rowcount != 1:
-                raise RunBusy(f"run {run_id} was taken over by another process")
-            cursor = self.db.execute_sql(*_tool_results_statement(self.db, encoded, now, run_id, n))
-            if cursor.rowcount != 1:
-                stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
-                if attempt_number() and stored is not None and stored.tool_results == encoded:
-                    return  # our earlier try committed before the connection went
-                raise StoreError(f"run {run_id} step {n}: tool results already recorded")
-            index_step_text(self, run_id, n, results=results)
-            pause_point("commit")
-        pause_point("committed")
 
-    @store_call
-    def steps(self: "Store", run_id: str, *, from_n: int | None = None) -> list[Step]:
-        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
-        query = Step.select().where(Step.run == run_id)
-        if from_n is not None:
-            query = query.where(Step.n >= from_n)
-        return list(query.order_by(Step.n))
+@store_call(retry_for=_commit_window)
+def set_tool_results(store: StoreHandle, run_id: str, n: int, results: list[dict], *,
+                     lease: Lease | None = None) -> None:
+    encoded = dumps(results)
+    now = store.dialect.now()
+    with store.write_transaction():
+        # The lease first: a driver that lost its run is told so (RunBusy, exit 4),
+        # not that the new owner has already recorded these results.
+        if store.db.execute_sql(*_touch_run_statement(store.db, now, run_id, lease)).rowcount != 1:
+            raise RunBusy(f"run {run_id} was taken over by another process")
+        cursor = store.db.execute_sql(*_tool_results_statement(store.db, encoded, now, run_id, n))
+        if cursor.rowcount != 1:
+            stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
+            if attempt_number() and stored is not None and stored.tool_results == encoded:
+                return  # our earlier try committed before the connection went
+            raise StoreError(f"run {run_id} step {n}: tool results already recorded")
+        index_step_text(store, run_id, n, results=results)
+        pause_point("commit")
+    pause_point("committed")
 
-    @store_call
-    def replay_steps(self: "Store", run_id: str) -> list[Step]:
-        """Steps with only what a resume reads: the blocks, stop reason and token counts.
 
-        Building every column of a 10,000-step run took longer than decoding its JSON.
-        """
-        return list(Step.select(Step.run, Step.n, Step.stop_reason, Step.assistant, Step.tool_results,
-                                Step.input_tokens, Step.output_tokens)
-                    .where(Step.run == run_id).order_by(Step.n))
+@store_call
+def steps(store: StoreHandle, run_id: str, *, from_n: int | None = None) -> list[Step]:
+    """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
+    query = Step.select().where(Step.run == run_id)
+    if from_n is not None:
+        query = query.where(Step.n >= from_n)
+    return list(query.order_by(Step.n))
 
-    @store_call
-    def step_at(self: "Store", run_id: str, n: int) -> Step | None:
-        return Step.get_or_none((Step.run == run_id) & (Step.n == n))
 
-    @store_call
-    def step_count(self: "Store", run_id: str) -> int:
-        return Step.select().where(Step.run == run_id).count()
+@store_call
+def replay_steps(store: StoreHandle, run_id: str) -> list[Step]:
+    """Steps with only what a resume reads: the blocks, stop reason and token counts.
+
+    Building every column of a 10,000-step run took longer than decoding its JSON.
+    """
+    return list(Step.select(Step.run, Step.n, Step.stop_reason, Step.assistant, Step.tool_results,
+                            Step.input_tokens, Step.output_tokens)
+                .where(Step.run == run_id).order_by(Step.n))
+
+
+@store_call
+def step_at(store: StoreHandle, run_id: str, n: int) -> Step | None:
+    return Step.get_or_none((Step.run == run_id) & (Step.n == n))
+
+
+@store_call
+def step_count(store: StoreHandle, run_id: str) -> int:
+    return Step.select().where(Step.run == run_id).count()
 
 
 def _host_now() -> str:
@@ -216,7 +219,7 @@ def _add_step_sql(param: str, quote: str, assigned: tuple[str, ...], with_lease:
     return f"UPDATE {_quoted(quote, Run._meta.table_name)} SET {', '.join(parts)} WHERE {where}"
 
 
-def _add_step_to_run_statement(store: "Store", run_id: str, added: tuple[int, ...], values: dict[str, Any],
+def _add_step_to_run_statement(store: "StoreHandle", run_id: str, added: tuple[int, ...], values: dict[str, Any],
                                lease: Lease | None, stamp: str | None) -> tuple[str, list]:
     """The run's counters plus one step's tokens, ``values`` set, stamped, guarded by the lease when given."""
     db = store.db
@@ -224,7 +227,7 @@ def _add_step_to_run_statement(store: "Store", run_id: str, added: tuple[int, ..
     params += [Run._meta.fields[name].db_value(value) for name, value in values.items()]
     now_sql = None
     if stamp is None:
-        now_sql = store.backend.now().sql  # the database's clock, an SQL expression
+        now_sql = store.dialect.now().sql  # the database's clock, an SQL expression
     else:
         params += [stamp] * (2 if lease is not None else 1)
     params.append(run_id)

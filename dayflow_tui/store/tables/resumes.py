@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .models import Run, RunResume
-from .retry import store_call
-from .status import RunStatus
+from ..models import Run, RunResume
+from ..retry import store_call
+from ..status import RunStatus
 
 if TYPE_CHECKING:
-    from .core import Store
+    from ..handle import StoreHandle
 
 
 def record_resume(seen: Run, *, at: Any, host: str, pid: int, owner_alive: bool) -> None:
@@ -36,11 +36,11 @@ def record_resume(seen: Run, *, at: Any, host: str, pid: int, owner_alive: bool)
 
 
 @store_call
-def run_resumes(store: "Store", run_id: str) -> list[RunResume]:
+def run_resumes(store: "StoreHandle", run_id: str) -> list[RunResume]:
     """Where each resume of the run began, oldest first."""
     return list(RunResume.select().where(RunResume.run == run_id).order_by(RunResume.id))
 
 
-def add_resumes_table(store: "Store") -> None:
+def add_resumes_table(store: "StoreHandle") -> None:
     """Schema step: the ``run_resumes`` table (created with the others in a new database)."""
     store.db.create_tables([RunResume], safe=True)

@@ -1,0 +1,50 @@
+"""fork_run: a new run holding a copy of the parent's first K steps; the parent untouched."""
+
+import json
+
+import pytest
+
+from dayflow_tui.errors import UsageError
+from dayflow_tui.store.tables.forks import ForkPlan
+
+from .helpers import call, held_run, reply
+
+
+def _parent(store, run_id):
+    run, lease = held_run(store, run_id)
+    store.append_step(run.id, reply(1, tool=call("tu_1"), input_tokens=100), lease=lease)
+    store.set_tool_results(run.id, 1, [{"type": "tool_result", "tool_use_id": "tu_1", "content": "a"}], lease=lease)
+    store.append_step(run.id, reply(2, "end", input_tokens=50), lease=lease, final_status="done", final_text="end")
+    return run
+
+
+def test_a_fork_copies_the_first_k_steps_byte_for_byte(store):
+    parent = _parent(store, "forkparent01")
+    fork = store.fork_run(parent.id, ForkPlan(at=1), run_id="forkchild001")
+    assert (fork.status, fork.parent_id, fork.forked_at, fork.step_count) == ("forked", parent.id, 1, 1)
+    [copied] = store.steps(fork.id)
+    [original, _] = store.steps(parent.id)
+    assert (copied.assistant, copied.tool_results) == (original.assistant, original.tool_results)
+    assert fork.input_tokens == 100
+    assert store.forks_of([parent.id]) == {parent.id: [store.get_run(fork.id)]}
+
+
+def test_a_changed_result_lands_in_the_fork_only(store):
+    parent = _parent(store, "forkparent02")
+    fork = store.fork_run(parent.id, ForkPlan(at=1, results={(1, "tu_1"): "changed"}))
+    assert json.loads(store.step_at(fork.id, 1).tool_results)[0]["content"] == "changed"
+    assert json.loads(store.step_at(parent.id, 1).tool_results)[0]["content"] == "a"
+
+
+def test_a_fork_point_out_of_range_writes_nothing(store):
+    parent = _parent(store, "forkparent03")
+    with pytest.raises(UsageError, match="nothing was written"):
+        store.fork_run(parent.id, ForkPlan(at=3), run_id="forkchild003")
+    assert store.count_runs(search="forkchild003") == 0
+
+
+def test_copied_steps_are_not_spent_twice(store):
+    parent = _parent(store, "forkparent04")
+    store.fork_run(parent.id, ForkPlan(at=2), run_id="forkchild004")
+    spent = sum(g.input_tokens for g in store.token_groups())
+    assert spent == 150  # the parent's two calls; the fork's copies were paid for once
