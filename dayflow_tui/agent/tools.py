@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable
 
-from ..errors import StoreError
 from ..store import Store
 from ..testhook import pause_point
 
@@ -134,34 +133,3 @@ def _result(block: dict, payload: Any, is_error: bool) -> dict:
 
 tool_result = _result  # one tool_result block: the answer to one tool_use
 
-
-class StoreFaultInTool(StoreError):
-    """The database failed under a tool (after the store's own retries): no outcome of the tool's.
-
-    It ends the attempt: nothing is kept for the call, the lease is released and the run backs off like any
-    failed attempt, so the call runs again once the database answers (an idempotent effect still once by key).
-    """
-
-
-_DATABASE_URL = re.compile(r"\b(?:postgres(?:ql)?|sqlite)(?:\+\w+)?://\S+", re.IGNORECASE)
-
-
-def abandon_on_store_fault(ctx: ToolContext, exc: BaseException) -> None:
-    """Raise ``StoreFaultInTool`` when ``exc`` is the database failing, not the tool; else return."""
-    import peewee
-
-    if isinstance(exc, (StoreError, peewee.DatabaseError, peewee.InterfaceError)):
-        raise StoreFaultInTool(f"the database failed inside a tool call ({type(exc).__name__}); the attempt "
-                               "was abandoned with nothing kept for that call") from exc
-
-
-def tool_error_message(ctx: ToolContext, exc: BaseException) -> str:
-    """A tool's own failure as the model is told it: one line, with no key and nothing naming the database."""
-    from ..redaction import redacted_line
-
-    text = f"{type(exc).__name__}: {exc}"
-    backend = getattr(ctx.store, "backend", None)
-    for where in (getattr(backend, "url", None), getattr(backend, "path", None)):
-        if where:
-            text = text.replace(str(where), "<database>")
-    return redacted_line(_DATABASE_URL.sub("<database>", text), 500)
