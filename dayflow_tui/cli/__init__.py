@@ -1,0 +1,10 @@
+"""``dayflow``: the command-line front end over the store and the loop.
+
+``main`` (the console script) is in ``cli.main``; the command line in
+``cli.parser``; the commands in ``cli.commands``, one module per kind; what
+they print is read through ``views``, as the dashboard reads it.
+"""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,1 @@
+"""The commands of ``dayflow``, one module per kind; ``cli.main`` imports the one that runs."""

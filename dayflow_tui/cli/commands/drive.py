@@ -1,0 +1,193 @@
+"""Commands that drive runs: ``brief``, ``run``, ``resume`` (and ``--dry-run``), ``worker``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ...errors import DayflowError, UsageError
+from ...safe_text import one_line, printable
+from ..driving import driving_options, finish, saved_text, show_step, waiting_out_rate_limits
+from ..opening import open_db
+
+
+def cmd_brief(args: argparse.Namespace) -> int:
+    from ...agent.loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
+
+    store = open_db(args)
+    if args.queue:
+        run_id = queue_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model, budget_tokens=args.budget,
+                             max_steps=args.max_steps or DEFAULT_MAX_STEPS, compact_at=args.compact_at,
+                             budget_usd=args.budget_usd)
+        print(run_id)
+        print(f"[queued {run_id}] a `dayflow worker` on this database will drive it", file=sys.stderr)
+        return 0
+    options = driving_options(args)
+    result = waiting_out_rate_limits(
+        lambda: run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
+                          max_steps=args.max_steps or DEFAULT_MAX_STEPS,
+                          on_start=lambda rid: print(f"[run {rid}]", file=sys.stderr, flush=True), **options),
+        store, options)
+    return finish(result)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ...agent.loop import queue_brief, run_brief
+    from ...agent.registry import load_agent, resolve_ref
+
+    if args.task is not None and not args.task.strip():
+        raise UsageError("the task is empty: say what to ask the agent")
+    ref = resolve_ref(args.agent_spec)
+    agent = load_agent(ref)  # an agent that cannot be loaded is one line, before anything is opened
+    store = open_db(args)
+    if args.queue:
+        run_id = queue_brief(store, user_msg=args.task, model=args.model, budget_tokens=args.budget,
+                             max_steps=args.max_steps, compact_at=args.compact_at, budget_usd=args.budget_usd,
+                             agent=agent, agent_ref=ref)
+        print(run_id)
+        print(f"[queued {run_id}] agent {printable(agent.name)}: a `dayflow worker` on this database will drive it",
+              file=sys.stderr)
+        return 0
+    options = driving_options(args)
+    result = waiting_out_rate_limits(
+        lambda: run_brief(store, user_msg=args.task, model=args.model, max_steps=args.max_steps, agent=agent,
+                          agent_ref=ref, on_start=lambda rid: print(f"[run {rid}] agent {printable(agent.name)}",
+                                                                    file=sys.stderr, flush=True), **options),
+        store, options)
+    return finish(result)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from ...agent.loop import resume
+    from ...money.cost import format_usd
+
+    # A dry run only reads: it never upgrades an older file (nor does anything else to it).
+    store = open_db(args, create=False, upgrade=not args.dry_run)
+    run_id = args.run_id
+    if run_id is None:
+        latest = store.latest_unfinished()
+        if latest is None:
+            raise DayflowError("no unfinished run to resume")
+        run_id = latest.id
+    run = store.get_run(run_id)
+    if args.dry_run:
+        return _dry_run(store, run, args)
+    if run.status == "done":
+        result = resume(run.id, store=store)
+        print(f"[resume {run.id}] already finished at step {result.steps}; nothing to call", file=sys.stderr)
+        return finish(result)
+
+    def announce(rid: str) -> None:
+        from ...money.cost import run_cost
+
+        current = store.get_run(rid)
+        paid = run_cost(store, rid).total
+        print(f"[resume {rid}] replaying {current.step_count} committed step(s), "
+              f"{current.input_tokens} in / {current.output_tokens} out already spent "
+              f"({format_usd(paid)}, not paid again)", file=sys.stderr, flush=True)
+
+    options = driving_options(args)
+    result = waiting_out_rate_limits(
+        lambda: resume(run.id, store=store, max_steps=args.max_steps, on_start=announce,
+                       allow_changed_agent=args.allow_changed_agent, **options),
+        store, dict(options, on_start=announce))
+    if result.status == "done":
+        print(f"[resumed {result.run_id} · finished at step {result.steps} · "
+              f"{result.input_tokens} in / {result.output_tokens} out total · {saved_text(result)}]", file=sys.stderr)
+    elif result.replayed_steps:
+        print(f"[resume {result.run_id}] {saved_text(result)}", file=sys.stderr)
+    return finish(result)
+
+
+def _dry_run(store, run, args: argparse.Namespace) -> int:
+    """``resume --dry-run``: the next call's size, cache state and price; no call, nothing written."""
+    from ...agent.resume_request import resume_estimate
+    from ...money.cost import budget_text, format_usd
+    from ...store import effective_status
+
+    status = effective_status(run)
+    if run.status == "done":
+        print(printable(f"[dry run {run.id}] done at step {run.step_count}; a resume makes no call (nothing to pay)"))
+        return 0
+    found = resume_estimate(store, run.id)
+    call = found.call
+    print(printable(f"[dry run {run.id}] {status}, {run.step_count} committed step(s); no call was made"))
+    size = f"next request: {call.messages} messages, {call.input_tokens:,} input tokens ({call.size_note()})"
+    if found.count_error:
+        size += f"; the API's count failed: {printable(found.count_error)}"
+    print(size)
+    if found.pending_tools:
+        print(f"  plus the results of {found.pending_tools} tool call(s) from step {run.step_count}, "
+              "which the resume runs first (they are not counted here)")
+    cache = f"prompt cache: {call.cache_note()}"
+    if call.cached_prefix_tokens and call.ttl:
+        cache += f" ({min(call.cached_prefix_tokens, call.input_tokens):,} tokens would be read from it)"
+    print(cache)
+    warm, cold = call.warm_cost, call.cold_cost
+    if warm is None or cold is None:
+        print(f"next call: price unknown (no price for model {printable(call.model)}; "
+              f'add [prices."{printable(call.model)}"] to the settings file)')
+    else:
+        likely = "warm" if call.warm else "cold"
+        print(f"next call: {format_usd(warm.total)} with a warm cache, {format_usd(cold.total)} cold "
+              f"(likely: {likely}; reply of {call.expected_output_tokens:,} tokens, this run's largest so far; "
+              f"at most {call.max_output_tokens:,})")
+    print(f"already paid: {format_usd(found.spent.total)} for {run.step_count} committed step(s); "
+          "a resume does not pay for them again")
+    budget = budget_text(args.budget_usd or run.budget_usd, found.spent.total)
+    if budget:
+        print(f"dollar budget: {budget} spent")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ...store import STALE_AFTER_S
+    from ...agent.worker import work
+
+    from ... import settings
+
+    settings.apply_flags(offline_delay_s=args.delay)
+    store = open_db(args)
+    # A long-lived worker loads the SDK (and the offline model, built on its types) before it
+    # says it is ready, not inside its first run.
+    from ...agent import offline  # noqa: F401
+
+    stop = threading.Event()
+    # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    output = threading.Lock()  # lines from several threads must not interleave
+
+    def report(event) -> None:
+        if event.kind == "started":
+            return
+        run = f"run {event.run_id} " if event.run_id else ""
+        with output:
+            if event.kind == "finished":
+                result = event.result
+                print(f"{run}{result.status} · {result.steps} steps · {result.calls} call(s)", flush=True)
+            else:
+                print(f"dayflow worker: {run}{event.kind}: {one_line(event.message, 300)}", file=sys.stderr,
+                      flush=True)
+
+    def print_step(event) -> None:
+        with output:
+            print(f"[{event.run_id}] ", end="")
+            show_step(event)
+
+    mode = "until nothing is waiting" if args.once else "until stopped (Ctrl-C)"
+    print(f"[worker pid {os.getpid()}] {args.concurrency} thread(s) on {store.label}, {mode}",
+          file=sys.stderr, flush=True)
+    try:
+        outcome = work(store, concurrency=args.concurrency, once=args.once, poll_every=args.poll or 1.0,
+                       stale_after=args.stale_after if args.stale_after is not None else STALE_AFTER_S,
+                       stop=stop, on_event=report, on_step=print_step if args.verbose else None)
+    except KeyboardInterrupt:
+        print("dayflow worker: stopped; its runs were released for any worker to continue", file=sys.stderr)
+        return 130
+    print(f"[worker pid {os.getpid()}] {len(outcome.finished)} run(s) driven, {len(outcome.failed)} failed",
+          file=sys.stderr)
+    return 2 if outcome.store_errors and args.once else 0

@@ -1,0 +1,110 @@
+"""Commands that read runs: ``runs``, ``show``, ``tasks``, ``spend``; they print what ``views`` reads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ...safe_text import one_line, printable, printable_json
+from ..opening import open_db, open_for_reading
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ...views.costs import budget_text, cache_text, cost_text
+    from ...views.runs import run_json, run_lines
+
+    store = open_for_reading(args)
+    lines = run_lines(store, limit=args.limit, status=args.status)
+    if args.json:
+        print(printable_json([run_json(line) for line in lines]))
+        return 0
+    if not lines:
+        if args.status:
+            print(f"no {args.status} runs", file=sys.stderr)
+        else:
+            print("no runs yet; start one with: dayflow brief", file=sys.stderr)
+    for shown in lines:  # forks under their parents: the same tree as the dashboard's (views.forks)
+        r, depth, cost = shown.run, shown.depth, shown.cost
+        indent = "  " * (depth - 1) + "└─ " if depth else ""
+        line = (f"{indent}{printable(r.id)}  {shown.status:<11}  {printable(r.created_at[:19])}  steps={r.step_count}  "
+                f"tokens={r.input_tokens}/{r.output_tokens}  cost={cost_text(cost.total)}  "
+                f"cache={cache_text(cost)}  {printable(r.model)}")
+        budget = budget_text(r.budget_usd, cost.total)
+        if budget:
+            line += f"  budget={budget.replace(' ', '')}"
+        if r.agent and r.agent != "brief":
+            line += f"  agent={printable(r.agent)}"
+        if r.parent_id and not depth:
+            line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
+        elif r.parent_id:
+            line += f"  at step {r.forked_at}"
+        if r.error and r.status != "done":
+            line += f"  {one_line(r.error, 60)}"
+        print(printable(line))  # counts and the status too are whatever a (damaged) row holds
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from ...views.costs import format_usd, usd_number
+    from ...views.tasks import task_lines
+
+    store = open_for_reading(args)
+    lines = task_lines(store, include_done=args.all)
+    if args.json:
+        print(printable_json([{"id": t.id, "title": t.title, "due": t.due, "notes": t.notes, "done": t.done,
+                               "idempotency_key": t.idempotency_key, "run_id": t.run_id,
+                               "run_cost_usd": usd_number(line.run_cost.total) if t.run_id else None}
+                              for line in lines for t in (line.task,)]))
+        return 0
+    for line in lines:
+        t = line.task
+        mark = "x" if t.done else " "
+        due = f"  due {printable(t.due)}" if t.due else ""  # a date when a tool wrote it; a row can hold anything
+        origin = f"  (run {printable(t.run_id)}, {format_usd(line.run_cost.total)})" if t.run_id else ""
+        print(f"[{mark}] {t.id:>4}  {one_line(t.title, 80)}{due}  key={printable(t.idempotency_key)}{origin}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ...render import print_transcript
+    from ...views.transcript import read_show
+
+    store = open_db(args, create=False, upgrade=False)
+    if args.raw or args.jsonl:
+        return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
+    shown = read_show(store, args.run_id)
+    print_transcript(shown.run, list(shown.steps), run_cost=shown.cost, resumes=list(shown.resumes),
+                     approvals=list(shown.approvals))
+    return 0
+
+
+def _show_json(store, run, *, lines: bool) -> int:
+    """``show --raw`` / ``--jsonl``: every step as data (``views.json_rows.step_document``), never wrapped,
+    boxed or styled; a stored column that is not valid JSON is given as the text it holds."""
+    from ...views.json_rows import step_document
+
+    for step in store.steps(run.id):
+        print(printable_json(step_document(run.id, step), indent=None if lines else 2))
+    return 0
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    from ...config.values import parse_since
+    from ...views.costs import read_spend, spend_cache_text, spend_cost_text, spend_json
+
+    since = parse_since(args.since) if args.since else None
+    store = open_for_reading(args)
+    table = read_spend(store, since=since, by=args.by)
+    rows, total = list(table.rows), table.total
+    if args.json:
+        print(printable_json({"since": since, "by": args.by, "rows": [spend_json(r, args.by) for r in rows],
+                              "total": spend_json(total, "total")}))
+        return 0
+    print(f"spend {table.label()}, by {args.by}")
+    width = max([len(args.by), 5] + [len(printable(r.key)) for r in rows])
+    print(f"{args.by:<{width}}  {'runs':>5}  {'calls':>6}  {'input tok':>11}  {'output tok':>10}  "
+          f"{'cache':>5}  cost")
+    for row in rows + [total]:
+        print(f"{printable(row.key):<{width}}  {row.runs:>5}  {row.calls:>6}  {row.input_tokens:>11,}  "
+              f"{row.output_tokens:>10,}  {spend_cache_text(row):>5}  {spend_cost_text(row)}")
+    return 0
