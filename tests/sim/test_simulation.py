@@ -35,12 +35,15 @@ from .known_plans import known_plans
 from .plan import Plan, draw_plan
 from .simulate import Database, fresh_dir, run_example, shrink
 
-pytestmark = pytest.mark.timeout(1800)
 
 
 def _int_env(name: str) -> int | None:
     raw = os.environ.get(name, "").strip()
     return int(raw) if raw else None
+
+
+# The default budget ends well inside 30 minutes; a large DAYFLOW_SIM_EXAMPLES gets two minutes an example.
+pytestmark = pytest.mark.timeout(max(1800, 120 * (_int_env("DAYFLOW_SIM_EXAMPLES") or 0)))
 
 
 class Backend:
