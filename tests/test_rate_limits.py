@@ -206,3 +206,28 @@ def test_the_wait_comes_from_the_headers_with_jitter_or_a_capped_default():
     backpressure.call_went_through()
     assert backpressure.next_wait(None) <= 6.25  # an answered call starts the default again
     backpressure.call_went_through()
+
+
+def test_approve_and_fork_run_wait_out_a_rate_limit_as_resume_does(tmp_path):
+    db = tmp_path / "decide.db"
+    with LoopbackAPI() as api:
+        env = api_env(api, DAYFLOW_RATE_LIMIT_WAIT="30", DAYFLOW_REQUIRE_APPROVAL="create_task")
+        started = dayflow("brief", db=db, env=env)
+        assert started.returncode == 0, text(started.stderr)
+        [run] = read_db(db).runs
+        assert run["status"] == "waiting"
+        # The continuation after the decision meets a 429 on its first call, and on the fork's first too.
+        burst = Burst(429, {"retry-after": "1"}, first=api.calls + 1)
+        api.planned = burst
+        approved = dayflow("approve", run["id"], "--all", db=db, env=env)
+        err = text(approved.stderr)
+        assert approved.returncode == 0, err
+        assert sum(line.startswith("[rate limited] 429: waiting") for line in err.splitlines()) == 1
+        burst.first = api.calls + 1
+        forked = dayflow("fork", run["id"], "--at", "1", "--run", db=db, env=env)
+        err = text(forked.stderr)
+        assert forked.returncode == 0, err
+        assert sum(line.startswith("[rate limited] 429: waiting") for line in err.splitlines()) == 1
+    state = read_db(db)
+    assert sorted(r["status"] for r in state.runs) == ["done", "waiting"]  # the fork asks again for its calls
+    assert all(r["attempts"] in (0, 1) and not (r["error"] or "").startswith("rate limited") for r in state.runs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ...errors import UsageError
+from ...config.errors import UsageError
 from ...safe_text import one_line, printable, printable_json
 from ...store.status import RunStatus
 from ..driving import finish, show_step
@@ -46,7 +46,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     from ...agent.approvals import decider, validated_edit
-    from ...store.tables.approvals import DecisionRefused
+    from ...config.errors import DecisionRefused
 
     from ...agent.registry import agent_for_run
 
@@ -97,11 +97,15 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
         print(f"[queued {run.id}] a `dayflow worker` on this database continues it", file=sys.stderr)
         return 0
     from ...agent.loop import resume
-    from ...errors import RunBusy
+    from ...config.errors import RunBusy
+    from ..driving import waiting_out_rate_limits
 
     try:
-        result = resume(run.id, store=store, on_step=show_step if args.verbose else None,
-                        allow_changed_agent=args.allow_changed_agent)
+        on_step = show_step if args.verbose else None
+        # The decision is committed; going on is a resume like any other, and waits out back-pressure as one.
+        result = waiting_out_rate_limits(
+            lambda: resume(run.id, store=store, on_step=on_step, allow_changed_agent=args.allow_changed_agent),
+            store, {"on_step": on_step})
     except RunBusy as exc:  # a worker took the run first: it continues it
         print(f"[{word} {run.id}] {printable(exc)}", file=sys.stderr)
         return 0

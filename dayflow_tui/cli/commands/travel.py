@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ...errors import DayflowError, UsageError
+from ...config.errors import DayflowError, UsageError
 from ...safe_text import one_line, printable, printable_json
 from ..driving import driving_options, finish, saved_text
 from ..opening import open_db, open_for_reading
@@ -61,9 +61,10 @@ def cmd_fork(args: argparse.Namespace) -> int:
     if not args.run:
         return 0
     from ...agent.loop import resume
+    from ..driving import waiting_out_rate_limits
 
     options = driving_options(args)
-    result = resume(fork.id, store=store, **options)
+    result = waiting_out_rate_limits(lambda: resume(fork.id, store=store, **options), store, options)
     if result.replayed_steps:
         print(f"[fork {fork.id}] {saved_text(result)}", file=sys.stderr)
     return finish(result)
@@ -137,7 +138,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
-    from ... import settings
+    from ...config import settings
     from ...agent import otel
 
     otel.require_sdk("dayflow export --otlp" if args.otlp else "dayflow export --otlp-file")

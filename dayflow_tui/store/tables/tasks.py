@@ -29,8 +29,13 @@ def create_task(store: StoreHandle, *, idempotency_key: str, title: str, due: st
                                run=run_id, created_at=clock.iso())
         return task, True
     except peewee.IntegrityError:
-        # Another process created it between our read and our insert.
-        return Task.get(Task.idempotency_key == idempotency_key), False
+        # Another process created it between our read and our insert. Any other constraint failing (a
+        # CHECK, a trigger, a damaged schema) is the database's fault, not a race: raised as it is, never
+        # passed off as "the task does not exist".
+        raced = Task.get_or_none(Task.idempotency_key == idempotency_key)
+        if raced is None:
+            raise
+        return raced, False
 
 
 @store_call
