@@ -93,7 +93,7 @@ class FirstCallClient:
 def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     """In process, imports done: ``loop.resume`` (or ``run_brief``) to the first model call."""
     from dayflow_tui.agent import loop
-    from dayflow_tui.errors import ModelCallFailed
+    from dayflow_tui.config.errors import ModelCallFailed
     from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 

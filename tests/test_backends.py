@@ -13,7 +13,7 @@ import pytest
 
 from dayflow_tui import clock
 from dayflow_tui import store as store_module
-from dayflow_tui.errors import RunBusy, StoreError
+from dayflow_tui.config.errors import RunBusy, StoreError
 from dayflow_tui.store.models import Run, Step, StoreMeta, Task
 from dayflow_tui.store.sample_tasks import SEED_TASKS
 from dayflow_tui.store import HOSTNAME, SCHEMA_VERSION, StepRecord, dumps, is_url, open_store, safe_url

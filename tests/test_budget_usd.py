@@ -12,7 +12,7 @@ from anthropic.types import Message
 
 from dayflow_tui.money import cost as costs
 from dayflow_tui.agent.loop import MAX_TOKENS, resume, run_brief
-from dayflow_tui.errors import UsageError
+from dayflow_tui.config.errors import UsageError
 from dayflow_tui.money.cost import Usage
 from dayflow_tui.store import open_store
 from dayflow_tui.store.models import database_proxy

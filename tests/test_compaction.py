@@ -14,7 +14,7 @@ import pytest
 
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX, compact, estimate_tokens, pairs_of, summarised_calls
-from dayflow_tui.errors import DayflowError
+from dayflow_tui.config.errors import DayflowError
 from dayflow_tui.agent.loop import build_request, next_request_preview, prepare_messages, resume, run_brief
 from dayflow_tui.agent.offline import OfflineClient
 from dayflow_tui.store import dumps, open_store, step_blocks

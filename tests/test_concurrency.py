@@ -81,7 +81,7 @@ def test_claims_racing_from_many_processes_have_one_winner_per_run(db_target):
     start_at = time.time() + 3.0  # every claimant starts on the same tick, after its imports
     script = textwrap.dedent(f"""
         import sys, time
-        from dayflow_tui.errors import RunBusy
+        from dayflow_tui.config.errors import RunBusy
         from dayflow_tui.store import open_store
         store = open_store({db_target!r})
         for i, run_id in enumerate({run_ids!r}):

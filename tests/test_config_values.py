@@ -121,3 +121,64 @@ def test_flags_refuse_bad_numbers_in_one_line(db_path):
         done = dayflow(*argv, db=db_path)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 64 and len(lines) == 1 and flag in lines[0], (argv, done.stderr)
+
+
+def test_the_settings_and_the_flags_accept_and_refuse_the_same_values(monkeypatch):
+    """A value kind reads the same from DAYFLOW_* (and so the settings file) as from a flag."""
+    from dayflow_tui.cli.parser import build_parser
+    from dayflow_tui.config import settings
+    from dayflow_tui.config.errors import SettingsError
+
+    parser = build_parser()
+
+    def from_flag(*argv):
+        try:
+            return parser.parse_args(list(argv))
+        except SystemExit as stop:
+            assert stop.code == 64
+            return None
+
+    def from_env(variable, raw):
+        try:
+            return settings.load({variable: raw})
+        except SettingsError:
+            return None
+
+    for raw, tokens in [("off", None), ("0", None), ("8000", 8000), (" 12000 ", 12000), ("lots", "bad"),
+                        ("-5", "bad"), ("1.5", "bad")]:
+        flag, env = from_flag("brief", "--compact-at", raw), from_env("DAYFLOW_COMPACT_AT", raw)
+        if tokens == "bad":
+            assert flag is None and env is None, raw
+        else:  # off is 0 on the command line (it turns off a threshold the settings set), None in the settings
+            assert (flag.compact_at or None, env.compact_at) == (tokens, tokens), raw
+    for raw, seconds in [("2.5", 2.5), ("0", 0.0), ("nan", None), ("-1", None), ("soon", None)]:
+        flag, env = from_flag("brief", "--delay", raw), from_env("DAYFLOW_API_TIMEOUT", raw)
+        assert (flag and flag.delay, env and env.api_timeout_s) == (seconds, seconds), raw
+    for raw, dollars in [("$0.50", Decimal("0.50")), ("2", Decimal(2)), ("lots", None), ("-1", None)]:
+        flag, env = from_flag("brief", "--budget-usd", raw), from_env("DAYFLOW_RESUME_CONFIRM_USD", raw)
+        assert (flag and flag.budget_usd, env and env.resume_confirm_usd) == (dollars, dollars), raw
+
+
+def test_every_error_kind_is_defined_in_config_errors_with_its_exit_code():
+    """One place to read what dayflow exits with: every DayflowError, wherever it is raised, is defined there."""
+    import importlib
+    import pkgutil
+
+    import dayflow_tui
+    from dayflow_tui.config import errors
+
+    for module in pkgutil.walk_packages(dayflow_tui.__path__, "dayflow_tui."):
+        if not module.name.endswith(".__main__"):  # python -m dayflow_tui.cli: running it is not importing it
+            importlib.import_module(module.name)
+    kinds, stack = set(), [errors.DayflowError]
+    while stack:
+        kind = stack.pop()
+        kinds.add(kind)
+        stack.extend(kind.__subclasses__())
+    assert len(kinds) >= 15
+    for kind in kinds:
+        assert kind.__module__ == "dayflow_tui.config.errors", kind
+        assert isinstance(kind.exit_code, int) and 0 < kind.exit_code < 126, kind
+        # The module's table lists each kind under its own exit code.
+        line = next(line for line in errors.__doc__.splitlines() if f"``{kind.__name__}``" in line)
+        assert line.lstrip("- ").startswith(str(kind.exit_code)), (kind, line)

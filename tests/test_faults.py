@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from dayflow_tui import store as store_module
-from dayflow_tui.errors import RunBusy, StoreError
+from dayflow_tui.config.errors import RunBusy, StoreError
 from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.store.models import Run, Step
 from dayflow_tui.redaction import redact_and_cut

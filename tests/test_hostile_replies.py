@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from dayflow_tui.errors import ModelCallFailed, RateLimited
+from dayflow_tui.config.errors import ModelCallFailed, RateLimited
 from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.store import step_blocks
 

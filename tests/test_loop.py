@@ -12,7 +12,7 @@ import pytest
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui import clock
 from dayflow_tui.agent import loop
-from dayflow_tui.errors import ModelCallFailed, RunBusy
+from dayflow_tui.config.errors import ModelCallFailed, RunBusy
 from dayflow_tui.agent.loop import resume, run_brief, wire_blocks
 from dayflow_tui.store.models import Run
 from dayflow_tui.store import HOSTNAME, effective_status

@@ -12,7 +12,7 @@ import pytest
 
 from dayflow_tui.agent.loop import resume, run_brief
 from dayflow_tui.agent.otel import span_id_of, trace_id_of
-from dayflow_tui.errors import ModelCallFailed
+from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.store import open_store
 
 from .conftest import CountingClient, dayflow_cmd

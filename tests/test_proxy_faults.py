@@ -424,7 +424,7 @@ def test_a_store_call_on_a_stalled_server_ends_with_one_line_after_its_window(pg
     """Every byte held for 30 s, a reading call with a 2 s window: the try's socket is cut at the window's end
     (no reconnect can be answered either), and the caller gets one readable error seconds later, not after
     the stall; once the stall is over the same store answers again on a fresh connection."""
-    from dayflow_tui.errors import StoreError
+    from dayflow_tui.config.errors import StoreError
     from dayflow_tui.store import open_store
 
     store = open_store(pg_proxy.url(pg_url))

@@ -20,7 +20,7 @@ import pytest
 from dayflow_tui.agent.loop import queue_brief, resume, run_brief
 from dayflow_tui.agent.replies import stored_raw
 from dayflow_tui.agent.worker import work
-from dayflow_tui.errors import ModelCallFailed
+from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.store import Run, Step, open_store
 from dayflow_tui.store.leases import forget_token
 

@@ -18,7 +18,7 @@ import pytest
 
 from dayflow_tui.agent import sdk_client
 from dayflow_tui.agent.loop import make_client, run_brief
-from dayflow_tui.errors import DayflowError
+from dayflow_tui.config.errors import DayflowError
 from dayflow_tui.store import open_store
 
 from .loopback_api import FAKE_KEY, LoopbackAPI

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from dayflow_tui.agent.messages import rebuild_messages
-from dayflow_tui.errors import ModelCallFailed
+from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.agent.loop import resume, run_brief
 
 from .loopback_api import LoopbackAPI

@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from dayflow_tui.errors import UsageError
-from dayflow_tui.search.query import QueryError, check_searchable, parse, parse_since
+from dayflow_tui.config.errors import UsageError
+from dayflow_tui.config.errors import QueryError
+from dayflow_tui.search.query import check_searchable, parse, parse_since
 from dayflow_tui.search.text import snippet, words
 from dayflow_tui.store import StepRecord, open_store
 from dayflow_tui.store import search as index

@@ -15,7 +15,7 @@ import pytest
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui import clock
 
-from dayflow_tui.errors import RunBusy, StoreError
+from dayflow_tui.config.errors import RunBusy, StoreError
 from dayflow_tui.store.models import Run, Step
 from dayflow_tui.store import SCHEMA_VERSION, StepRecord, open_store
 
@@ -120,7 +120,7 @@ def test_not_a_database_is_refused_without_changing_it(tmp_path):
 
 
 def test_run_id_prefix_lookup_and_unknown_id(store):
-    from dayflow_tui.errors import RunNotFound
+    from dayflow_tui.config.errors import RunNotFound
 
     run = store.create_run("t", model="offline", run_id="abcdef012345")
     assert store.get_run("abcdef").id == run.id

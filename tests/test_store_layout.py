@@ -187,7 +187,7 @@ def test_no_module_hands_a_value_on_through_the_environment():
 
 
 def test_a_delay_flag_reaches_the_offline_model_through_the_settings(monkeypatch):
-    from dayflow_tui import settings
+    from dayflow_tui.config import settings
     from dayflow_tui.agent.offline import OfflineClient
 
     monkeypatch.setattr(settings, "_flags", {})

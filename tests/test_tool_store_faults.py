@@ -22,7 +22,7 @@ import pytest
 
 from dayflow_tui.agent.define import Agent, tool
 from dayflow_tui.agent.loop import resume, run_brief
-from dayflow_tui.errors import StoreError
+from dayflow_tui.config.errors import StoreError
 from dayflow_tui.store import open_store
 from dayflow_tui.store.dialect import SqliteDialect
 

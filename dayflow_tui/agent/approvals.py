@@ -18,8 +18,8 @@ import getpass
 import json
 from typing import Any
 
-from .. import settings
-from ..errors import UsageError
+from ..config import settings
+from ..config.errors import UsageError
 from ..store import Lease, Run, Store, this_host
 from ..store.tables.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
 from ..store.tables.runs import approval_tools

@@ -22,7 +22,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Callable
 
 from .. import clock
-from ..errors import RateLimited
+from ..config.errors import RateLimited
 
 BACK_PRESSURE = {429: "rate limited", 529: "overloaded"}
 DEFAULT_FIRST_S = 5.0

@@ -15,9 +15,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Callable
 
-from .. import clock, settings
+from .. import clock
+from ..config import settings
 from . import backpressure, sdk_client
-from ..errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, UsageError
+from ..config.errors import AgentChanged, DayflowError, HistoryError, ModelCallFailed, RateLimited, RunBusy, UsageError
 from ..money import estimate, rates
 from ..money.cost import Cost, Usage, format_usd, price_call
 from ..redaction import redact_and_cut
@@ -25,19 +26,19 @@ from ..store import (Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, i
                      step_blocks)
 from ..testhook import pause_point
 from .compaction import compact
-from .messages import HistoryError, add_assistant_turn, messages_from, rebuild_messages
+from .messages import add_assistant_turn, messages_from, rebuild_messages
 from ..store.retry import patience
 from .replies import BadReply, body_text, mend_surrogates, normalise, storable_raw, storable_text
 from ..money.tokens import estimate_tokens
 from .approvals import RunWaiting, answer_calls, approval_tools_for_new_run, needs_a_person
 from . import brief
 from .define import Agent
-from .registry import AgentChanged, agent_columns, agent_for_run, load_agent
+from .registry import agent_columns, agent_for_run, load_agent
 from .journal import answer_call, call_id, kept_rows
 from .tools import ToolContext, cut_off_results
 from .events import (DEFAULT_MAX_STEPS, ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult,  # noqa: F401
                      StepEvent)
-from ..settings import DEFAULT_API_MODEL, OFFLINE_MODEL  # noqa: F401 (the names callers import from here)
+from ..config.settings import DEFAULT_API_MODEL, OFFLINE_MODEL  # noqa: F401 (the names callers import from here)
 
 DEFAULT_TASK = brief.TASK
 SYSTEM_PROMPT = brief.SYSTEM

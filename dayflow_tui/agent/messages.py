@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from ..errors import StoreError
+from ..config.errors import HistoryError, StoreError
 from ..store import step_blocks
 
 if TYPE_CHECKING:
     from ..store import Run, Step, Store
-
-
-class HistoryError(StoreError):
-    """The stored history cannot be sent to the API; nothing was changed (exit 2, a database problem)."""
 
 
 def _refuse(run_id: str, n: int, what: str) -> HistoryError:

@@ -140,7 +140,7 @@ class OfflineClient:
 
 
 def _settings():
-    from .. import settings
+    from ..config import settings
 
     return settings.current()
 

@@ -39,8 +39,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import __version__, settings
-from ..errors import DayflowError, UsageError
+from .. import __version__
+from ..config import settings
+from ..config.errors import DayflowError, OtelMissing, UsageError
 from ..store import Store, effective_status, safe_url, step_blocks
 from ..store.tables.resumes import run_resumes
 from ..store.status import RunStatus
@@ -59,12 +60,6 @@ INSTALL_HINT = "pip install 'dayflow-tui[otel]'"
 # Live export: a step's spans leave within this long; at a drive's end, wait at most this for the rest.
 LIVE_BATCH_DELAY_MS = 500
 LIVE_FLUSH_TIMEOUT_S = 5.0
-
-
-class OtelMissing(DayflowError):
-    """The OpenTelemetry SDK is not installed (the ``otel`` extra)."""
-
-    exit_code = 64
 
 
 # -- ids -----------------------------------------------------------------------

@@ -18,20 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import DayflowError
+from ..config.errors import AgentChanged, AgentNotFound
 from .define import Agent
-
-
-class AgentNotFound(DayflowError):
-    """An agent that cannot be loaded: one line, exit 1, nothing changed."""
-
-    exit_code = 1
-
-
-class AgentChanged(DayflowError):
-    """The agent's code changed since the run started: a resume says what, and needs --allow-changed-agent."""
-
-    exit_code = 1
 
 
 def builtin() -> Agent:

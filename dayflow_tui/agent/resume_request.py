@@ -30,7 +30,7 @@ def resume_estimate(store: Store, run_id: str, *, count: bool = True, client=Non
 
     Reads only; makes no model call and writes nothing.
     """
-    from .. import settings
+    from ..config import settings
 
     run = store.get_run(run_id)
     steps = store.replay_steps(run.id)

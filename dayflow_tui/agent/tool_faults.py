@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StoreError
+from ..config.errors import StoreError
 from ..redaction import redacted_line
 from ..store.retry import describe, is_driver_error
 

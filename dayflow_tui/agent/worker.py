@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
+from ..config.errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
 from .backpressure import SharedPause, reason
 from .loop import OnStep, RunResult, resume
 from ..store import STALE_AFTER_S, Store

@@ -35,7 +35,7 @@ def show_step(event) -> None:
 
 
 def driving_options(args: argparse.Namespace) -> dict:
-    from .. import settings
+    from ..config import settings
 
     settings.apply_flags(offline_delay_s=args.delay)
     return dict(budget_tokens=args.budget, compact_at=args.compact_at, crash_after_step=args.crash_after,
@@ -61,7 +61,7 @@ def waiting_out_rate_limits(start, store, options: dict):
     """``start()``, and while the model API pushes back (429, 529) wait as it asks and resume the run,
     saying so on stderr, for at most the ``rate_limit_wait_s`` setting in all (past it: one line, exit 75,
     the run left queued for a worker or a later resume)."""
-    from .. import settings
+    from ..config import settings
     from ..agent.backpressure import wait_out
     from ..agent.loop import resume
 

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from ..errors import DayflowError
+from ..config.errors import DayflowError
 from ..safe_text import printable
 from .opening import OPENED
 from .parser import build_parser, mark_query_words
@@ -61,7 +61,7 @@ def _exit_quickly() -> None:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(mark_query_words(list(sys.argv[1:] if argv is None else argv)))
     try:
-        from ..settings import current
+        from ..config.settings import current
 
         current()  # every setting is checked before anything is opened or written
         return command(args.command)(args)

@@ -28,6 +28,6 @@ def print_note(text: str) -> None:
 def open_for_reading(args: argparse.Namespace):
     """Reading never writes: a named database (``--db``, ``$DAYFLOW_DB``) must exist, so a typo is not a new
     empty file, and an older schema is not upgraded behind the reader's back."""
-    from ..settings import current
+    from ..config.settings import current
 
     return open_db(args, create=not (args.db or current().db), upgrade=False)

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..config import values
-from ..errors import UsageError
+from ..config.errors import UsageError
 from ..store.status import RunStatus
 
 # ``dayflow search budget -draft``: a query word can start with "-". Before argparse sees it, such a word

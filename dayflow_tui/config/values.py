@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import clock
-from ..errors import UsageError
+from .errors import UsageError
 
 DAY_S = 86_400
 LARGEST_INT = 2**31 - 1

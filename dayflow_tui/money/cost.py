@@ -23,7 +23,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Iterable
 
-from ..errors import UsageError
+from ..config.errors import UsageError
 from . import rates
 from .rates import MILLION, ZERO, ModelPrices
 

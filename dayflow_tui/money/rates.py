@@ -38,8 +38,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from .. import settings as settings_module
-from ..settings import OFFLINE_MODEL
+from ..config import settings as settings_module
+from ..config.settings import OFFLINE_MODEL
 
 LIBRARY = "genai-prices"
 # The version pinned in pyproject.toml and the month it was published: the date of its price data.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..config import values
-from ..errors import UsageError
+from ..config.errors import QueryError
 from .text import PLACES, Term, words
 
 if TYPE_CHECKING:
@@ -31,10 +31,6 @@ MAX_TERMS = 32
 # Search as you type treats the word being typed as a prefix once it is this long (one letter would
 # match half the index).
 MIN_TYPED_PREFIX = 3
-
-
-class QueryError(UsageError):
-    """A search query that cannot be used; the message says why, in one line."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from .models import Run, Step, Task
 from .retry import attempt_number, is_connection_error
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sample_tasks import SEED_TASKS
-from .spool import ReplySpooled, ingest_spool, pending_spool, spool_reply
+from ..config.errors import ReplySpooled
+from .spool import ingest_spool, pending_spool, spool_reply
 from .status import RESUMABLE, RunStatus
 from .tables.steps import StepRecord, dumps, step_blocks
 

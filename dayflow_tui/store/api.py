@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import peewee
 
-from .. import settings
-from ..errors import StoreError
+from ..config import settings
+from ..config.errors import StoreError
 from ..search.query import Query
 from .dialect import Dialect, dialect_for
 from .leases import STALE_AFTER_S, Lease, heartbeat

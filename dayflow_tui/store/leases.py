@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import peewee
 
-from .. import clock, settings
-from ..errors import RunBusy
+from .. import clock
+from ..config import settings
+from ..config.errors import RunBusy
 from ..safe_text import printable
 from .models import Run
 from .retry import store_call

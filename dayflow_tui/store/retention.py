@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable
 import peewee
 from peewee import fn
 
-from ..errors import UsageError
+from ..config.errors import UsageError
 from .models import Run, RunResume, Step, Task
 from .retry import store_call
 from .search.index import unindex_runs

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import peewee
 
-from ..errors import StoreError
+from ..config.errors import StoreError
 from ..redaction import redact_and_cut
 from .deadline import MIN_TRY_S
 from .models import bound_to

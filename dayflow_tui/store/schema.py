@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 import peewee
 
 from .. import clock
-from ..errors import StoreError
+from ..config.errors import StoreError
 from .models import MODELS, POSTGRES_MODELS, Approval, Run, Step, Task
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index

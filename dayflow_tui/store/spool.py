@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import clock, settings
-from ..errors import StoreError
+from .. import clock
+from ..config import settings
+from ..config.errors import StoreError
 from .tables.runs import get_run
 from .tables.steps import StepRecord, append_step, dumps, step_at
 
@@ -26,12 +27,6 @@ if TYPE_CHECKING:
     from .leases import Lease
 
 SPOOL_VERSION = 1
-
-
-class ReplySpooled(StoreError):
-    """A paid reply is safe in the spool file; the run continues from it on this host."""
-
-    exit_code = 75  # EX_TEMPFAIL: try again later, nothing was lost
 
 
 def spool_dir() -> Path:

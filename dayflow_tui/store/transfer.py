@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
 import peewee
 
 from .. import clock
-from ..errors import StoreError, UsageError
+from ..config.errors import ArchiveError, StoreError, UsageError
 from .models import Approval, Run, RunResume, Step, Task
 from .retry import store_call
 from .schema import SCHEMA_VERSION
@@ -55,10 +55,6 @@ MARKER = "runs"
 KINDS: dict[str, type[peewee.Model]] = {"run": Run, "step": Step, "resume": RunResume, "approval": Approval,
                                         "task": Task}
 _INT_RANGE = {peewee.BigIntegerField: 2**63, peewee.IntegerField: 2**31, peewee.AutoField: 2**31}
-
-
-class ArchiveError(UsageError):
-    """A JSONL file that cannot be imported; the message names the line. Nothing was written."""
 
 
 def columns(model: type[peewee.Model]) -> list[peewee.Field]:

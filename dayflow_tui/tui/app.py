@@ -22,7 +22,7 @@ from textual.color import Color, ColorParseError
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import loop
-from ..errors import StoreError
+from ..config.errors import StoreError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
@@ -112,7 +112,7 @@ class DayflowApp(App):
         self._resuming: set[str] = set()
 
     def on_mount(self) -> None:
-        from .. import settings
+        from ..config import settings
 
         self.ui_state, warning = ui_state.load()
         chosen = self.ui_state.theme or settings.current().theme
@@ -363,7 +363,7 @@ class DayflowApp(App):
         if blocker:
             self.notify(f"Run {run.id} cannot be resumed: {blocker}.", severity="warning")
             return
-        from .. import settings
+        from ..config import settings
 
         threshold = settings.current().resume_confirm_usd
         if not (message.ask or needs_confirm(message.estimate, threshold)):
@@ -533,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
-    from .. import settings
+    from ..config import settings
 
     theme = settings.current().theme
     if theme and theme not in DayflowApp.known_themes():

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Iterator
 
 from ..agent import loop
-from ..errors import ModelCallFailed
+from ..config.errors import ModelCallFailed
 from ..agent.offline import OfflineClient
 from ..store import Lease, StepRecord, Store
 

@@ -20,7 +20,7 @@ from ..safe_text import one_line
 
 def editor_command() -> list[str] | None:
     """The editor to run: the ``editor`` setting (DAYFLOW_EDITOR, $VISUAL, $EDITOR), else vi if installed."""
-    from .. import settings
+    from ..config import settings
 
     configured = settings.current().editor
     if configured:

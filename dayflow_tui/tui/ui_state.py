@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import settings
+from ..config import settings
 
 FILE_NAME = "dashboard.json"
 

@@ -85,7 +85,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
-    from ... import settings
+    from ...config import settings
     from ...money import rates as pricing
 
     source = pricing.price_source()

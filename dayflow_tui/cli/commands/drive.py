@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ...errors import DayflowError, UsageError
+from ...config.errors import DayflowError, UsageError
 from ...safe_text import one_line, printable
 from ..driving import driving_options, finish, saved_text, show_step, waiting_out_rate_limits
 from ..opening import open_db
@@ -148,7 +148,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ...store import STALE_AFTER_S
     from ...agent.worker import work
 
-    from ... import settings
+    from ...config import settings
 
     settings.apply_flags(offline_delay_s=args.delay)
     store = open_db(args)

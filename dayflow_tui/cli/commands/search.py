@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ...errors import UsageError
+from ...config.errors import UsageError
 from ...safe_text import printable, printable_json
 from ..opening import open_db
 from ..parser import QUERY_WORD

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import StoreError
+from ...config.errors import StoreError
 from .base import Dialect
 from .postgres import CHANGE_SLOTS, PostgresDialect
 from .sqlite import SqliteDialect

@@ -16,7 +16,7 @@ import peewee
 from peewee import SQL, PostgresqlDatabase, fn
 
 from ... import clock
-from ...errors import StoreError
+from ...config.errors import StoreError
 from ...search.query import Query, Term
 from ...search.text import COLUMNS, Place, words
 from ..deadline import try_deadline

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import peewee
 from peewee import SqliteDatabase
 
-from ...errors import StoreError
+from ...config.errors import StoreError
 from ...search.query import Query, Term
 from ...search.text import COLUMNS, words
 from ..retry import ReportCause, store_call

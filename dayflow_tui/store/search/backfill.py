@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ...errors import StoreError
+from ...config.errors import StoreError
 from .docs import DocRow, chunks
 from .index import RUN_COLUMNS, forget_state, run_docs, write_docs
 

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...errors import DayflowError, UsageError
+from ...config.errors import DecisionRefused, UsageError
 from ...testhook import pause_point
 from ..leases import Lease, forget_token, new_token
 from ..models import Approval, Run
@@ -29,12 +29,6 @@ if TYPE_CHECKING:
     from ..handle import StoreHandle
 
 PENDING, APPROVED, DENIED, AUTO = "pending", "approved", "denied", "auto"
-
-
-class DecisionRefused(DayflowError):
-    """A decision that cannot be taken: decided already, nothing waits, the arguments changed."""
-
-    exit_code = 4
 
 
 MIN_HASH_PREFIX = 8  # hex digits: an empty or short prefix would match (nearly) any arguments

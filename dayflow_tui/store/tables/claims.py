@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ... import clock
-from ...errors import RunBusy
+from ...config.errors import RunBusy
 from ..leases import (STALE_AFTER_S, Lease, _parse, forget_token, holder, new_token, owner_alive, owner_values,
                       still_refused, this_host)
 from ..models import Run

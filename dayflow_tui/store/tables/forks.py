@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...errors import UsageError
+from ...config.errors import UsageError
 from .approvals import AUTO, approvals as journal_rows
 from ..models import Approval, Run, Step
 from ..retry import attempt_number, store_call

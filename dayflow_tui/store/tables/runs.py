@@ -7,7 +7,7 @@ import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ...errors import RunBusy, RunNotFound
+from ...config.errors import RunBusy, RunNotFound
 from ..leases import Lease, forget_token, new_token, owner_alive, owner_values, with_clock
 from ..models import Run
 from ..retry import attempt_number, store_call

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import peewee
 
 from ... import clock
-from ...errors import RunBusy, StoreError
+from ...config.errors import RunBusy, StoreError
 from ...testhook import pause_point
 from ..leases import Lease
 from ..models import Run, Step

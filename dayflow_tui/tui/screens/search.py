@@ -33,7 +33,8 @@ from textual.worker import get_current_worker
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
-from ...search.query import Query, QueryError
+from ...config.errors import QueryError
+from ...search.query import Query
 from ...search.text import COLUMNS, highlight_spans
 from ...store.search import Hit
 from ...views.search import RunHits, search_typed

@@ -18,7 +18,7 @@ from textual.widgets import Button, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
 from ...agent.transcript import StepView
-from ...errors import DayflowError
+from ...config.errors import DayflowError
 from ...money.cost import Cost, budget_text, format_usd
 from ...safe_text import printable
 from ...store import effective_status, is_connection_error

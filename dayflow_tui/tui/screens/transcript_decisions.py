@@ -51,7 +51,7 @@ class DecidesWaitingCalls(Screen):
                 self._approve_edited(call.id, text)
 
         from ...agent.approvals import parse_edit, tool_of_run
-        from ...errors import UsageError
+        from ...config.errors import UsageError
 
         tool = tool_of_run(self.run.agent_ref if self.run is not None else None, call.name)
 

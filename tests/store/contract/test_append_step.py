@@ -2,7 +2,7 @@
 
 import pytest
 
-from dayflow_tui.errors import RunBusy
+from dayflow_tui.config.errors import RunBusy
 
 from .helpers import held_run, reply, taken_over
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dayflow_tui.errors import RunNotFound
+from dayflow_tui.config.errors import RunNotFound
 
 
 def test_a_new_run_is_queued_with_its_limits_and_no_owner(store):

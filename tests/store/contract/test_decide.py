@@ -2,8 +2,8 @@
 
 import pytest
 
-from dayflow_tui.errors import UsageError
-from dayflow_tui.store.tables.approvals import DecisionRefused
+from dayflow_tui.config.errors import UsageError
+from dayflow_tui.config.errors import DecisionRefused
 
 from .test_wait_for_approval import waiting_run
 

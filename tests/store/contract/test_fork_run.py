@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dayflow_tui.errors import UsageError
+from dayflow_tui.config.errors import UsageError
 from dayflow_tui.store.tables.forks import ForkPlan
 
 from .helpers import call, held_run, reply

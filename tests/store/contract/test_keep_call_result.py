@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dayflow_tui.errors import RunBusy
+from dayflow_tui.config.errors import RunBusy
 
 from .helpers import call, held_run, reply, taken_over
 from .test_wait_for_approval import waiting_run

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dayflow_tui.errors import RunBusy, StoreError
+from dayflow_tui.config.errors import RunBusy, StoreError
 
 from .helpers import call, held_run, reply, taken_over
 

@@ -22,24 +22,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import re
 import socket
 import tomllib
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import UsageError
+from . import values
+from .errors import SettingsError
 
 DEFAULT_API_MODEL = "claude-sonnet-5-5"
 OFFLINE_MODEL = "offline"
-
-
-class SettingsError(UsageError):
-    """A setting's value cannot be used (a bad number, an unreadable config file)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,7 @@ class Settings:
     # Whether ANTHROPIC_API_KEY is set (the key itself is never held here).
     has_api_key: bool = False
     # Prices per million tokens that win over the price library: {model: {"input": $, "output": $, ...}}
-    # (negotiated rates, or models the library does not know). See pricing.py.
+    # (negotiated rates, or models the library does not know). See money/rates.py.
     prices: dict[str, dict[str, Decimal]] = field(default_factory=dict, hash=False)
     # The dollar budget of runs started without --budget-usd (None: no dollar budget).
     budget_usd: Decimal | None = None
@@ -129,81 +124,6 @@ class Settings:
         return self.data_home / "dayflow.db"
 
 
-# Environment variable -> (field, parser). Parsers raise ValueError with the reason.
-def _tokens_or_off(raw: str) -> int | None:
-    text = raw.strip().lower()
-    if text in ("", "off", "0"):
-        return None
-    value = int(text)
-    if value < 0:
-        raise ValueError("must not be negative")
-    return value
-
-
-def _whole(raw: Any) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise ValueError("must be a whole number")
-    value = int(raw)
-    if value < 0:
-        raise ValueError("must not be negative")
-    if value > 1_000_000:
-        raise ValueError("is too large")
-    return value
-
-
-def _seconds(raw: Any) -> float:
-    if isinstance(raw, bool):
-        raise ValueError("must be a number of seconds")
-    value = float(raw)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("must be a finite number of seconds, 0 or more")
-    if value > 86_400 * 365:
-        raise ValueError("is too large")
-    return value
-
-
-def _text(raw: Any) -> str | None:
-    if not isinstance(raw, str):
-        raise ValueError("must be text")
-    return raw.strip() or None
-
-
-def _flag(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    return str(raw).strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def _http_url(raw: Any) -> str | None:
-    text = _text(raw)
-    if text is None:
-        return None
-    scheme, sep, rest = text.partition("://")
-    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
-        raise ValueError("not an http:// or https:// URL")
-    return text
-
-
-def _dollars(raw: Any) -> Decimal:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float, str, Decimal)):
-        raise ValueError("must be an amount of dollars")
-    try:
-        value = Decimal(str(raw).strip().lstrip("$"))
-    except InvalidOperation:
-        raise ValueError("must be an amount of dollars") from None
-    if not value.is_finite() or value < 0:
-        raise ValueError("must be a finite amount of dollars, 0 or more")
-    if value > 1_000_000:
-        raise ValueError("is too large")
-    return value
-
-
-def _dollars_or_off(raw: Any) -> Decimal | None:
-    if isinstance(raw, str) and raw.strip().lower() in ("", "off", "none"):
-        return None
-    return _dollars(raw)
-
-
 PRICE_FIELDS = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
 
 
@@ -236,64 +156,45 @@ def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
         parsed = {}
         for key, value in rates.items():
             try:
-                parsed[key] = _dollars(value)
-            except ValueError as exc:
+                parsed[key] = values.dollars(value)
+            except values.BadValue as exc:
                 raise _Problem(f'."{name}" {key} {exc}') from None
         table[name] = parsed
     return table
 
 
-def _tool_names(raw: Any) -> tuple[str, ...]:
-    items = raw.split(",") if isinstance(raw, str) else raw
-    if not isinstance(items, (list, tuple)):
-        raise ValueError("not a list")
-    names = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError("not a name")
-        name = item.strip()
-        if name and (len(name) > 64 or not re.fullmatch(r"[A-Za-z0-9_-]+", name)):
-            raise ValueError("not a tool name")
-        if name:
-            names.append(name)
-    return tuple(dict.fromkeys(names))
-
-
-def _path(raw: Any) -> Path | None:
-    text = _text(raw)
-    return Path(text).expanduser() if text else None
-
-
+# setting: (environment variable, parser, what it must be). The parsers are config.values', which the
+# command line's flags use too; each raises ValueError (values.BadValue) with the reason.
 _FIELDS: dict[str, tuple[str, Any, str]] = {
     # setting: (environment variable, parser, what it must be)
-    "db": ("DAYFLOW_DB", _text, "a file path or a database URL"),
-    "model": ("DAYFLOW_MODEL", _text, "a model name"),
-    "compact_at": ("DAYFLOW_COMPACT_AT", lambda raw: _tokens_or_off(str(raw)), "a number of tokens or 'off'"),
-    "api_max_retries": ("DAYFLOW_API_MAX_RETRIES", _whole, "a number of retries"),
-    "api_timeout_s": ("DAYFLOW_API_TIMEOUT", _seconds, "a number of seconds"),
-    "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: _seconds(raw) if str(raw).strip() else 0.0,
+    "db": ("DAYFLOW_DB", values.text, "a file path or a database URL"),
+    "model": ("DAYFLOW_MODEL", values.text, "a model name"),
+    "compact_at": ("DAYFLOW_COMPACT_AT", values.tokens_or_off, "a number of tokens or 'off'"),
+    "api_max_retries": ("DAYFLOW_API_MAX_RETRIES", lambda raw: values.whole(raw, most=1_000_000), "a number of retries"),
+    "api_timeout_s": ("DAYFLOW_API_TIMEOUT", values.seconds, "a number of seconds"),
+    "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: values.seconds(raw) if str(raw).strip() else 0.0,
                         "a number of seconds"),
-    "hostname": ("DAYFLOW_HOSTNAME", _text, "a host name"),
-    "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", _seconds, "a number of seconds"),
-    "max_attempts": ("DAYFLOW_MAX_ATTEMPTS", lambda raw: max(1, _whole(raw)), "a number of attempts"),
-    "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", _seconds, "a number of seconds"),
-    "rate_limit_wait_s": ("DAYFLOW_RATE_LIMIT_WAIT", _seconds, "a number of seconds (0: do not wait)"),
-    "data_dir": ("DAYFLOW_DATA_DIR", _path, "a directory"),
-    "state_dir": ("DAYFLOW_STATE_DIR", _path, "a directory"),
-    "otel_endpoint": ("DAYFLOW_OTEL_ENDPOINT", _http_url, "an OTLP/HTTP receiver's http:// or https:// URL "
+    "hostname": ("DAYFLOW_HOSTNAME", values.text, "a host name"),
+    "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", values.seconds, "a number of seconds"),
+    "max_attempts": ("DAYFLOW_MAX_ATTEMPTS", lambda raw: max(1, values.whole(raw, most=1_000_000)), "a number of attempts"),
+    "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", values.seconds, "a number of seconds"),
+    "rate_limit_wait_s": ("DAYFLOW_RATE_LIMIT_WAIT", values.seconds, "a number of seconds (0: do not wait)"),
+    "data_dir": ("DAYFLOW_DATA_DIR", values.path, "a directory"),
+    "state_dir": ("DAYFLOW_STATE_DIR", values.path, "a directory"),
+    "otel_endpoint": ("DAYFLOW_OTEL_ENDPOINT", values.http_url, "an OTLP/HTTP receiver's http:// or https:// URL "
                       "(e.g. http://localhost:4318)"),
-    "otel_content": ("DAYFLOW_OTEL_CONTENT", _flag, "1 or 0"),
-    "call_log": ("DAYFLOW_CALL_LOG", _text, "a file path"),
-    "debug": ("DAYFLOW_DEBUG", _flag, "1 or 0"),
+    "otel_content": ("DAYFLOW_OTEL_CONTENT", values.flag, "1 or 0"),
+    "call_log": ("DAYFLOW_CALL_LOG", values.text, "a file path"),
+    "debug": ("DAYFLOW_DEBUG", values.flag, "1 or 0"),
     "prices": ("DAYFLOW_PRICES", _price_table,
                'tables [prices."MODEL"] of input, output, cache_write, cache_read (dollars per million tokens)'),
-    "budget_usd": ("DAYFLOW_BUDGET_USD", _dollars_or_off, "an amount of dollars or 'off'"),
-    "resume_confirm_usd": ("DAYFLOW_RESUME_CONFIRM_USD", _dollars, "an amount of dollars"),
-    "require_approval": ("DAYFLOW_REQUIRE_APPROVAL", lambda raw: _tool_names(raw),
+    "budget_usd": ("DAYFLOW_BUDGET_USD", values.dollars_or_off, "an amount of dollars or 'off'"),
+    "resume_confirm_usd": ("DAYFLOW_RESUME_CONFIRM_USD", values.dollars, "an amount of dollars"),
+    "require_approval": ("DAYFLOW_REQUIRE_APPROVAL", values.tool_names,
                          "tool names separated by commas (e.g. create_task), or a list of them"),
-    "user": ("DAYFLOW_USER", _text, "a name"),
-    "theme": ("DAYFLOW_THEME", _text, "a theme name (the dashboard's palette lists them)"),
-    "editor": ("DAYFLOW_EDITOR", _text, "an editor command (e.g. 'code --wait')"),
+    "user": ("DAYFLOW_USER", values.text, "a name"),
+    "theme": ("DAYFLOW_THEME", values.text, "a theme name (the dashboard's palette lists them)"),
+    "editor": ("DAYFLOW_EDITOR", values.text, "an editor command (e.g. 'code --wait')"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}

@@ -1,0 +1,109 @@
+"""Every error the front ends turn into one clear line and a non-zero exit, with its exit code.
+
+Every kind is here, so what ``dayflow`` exits with can be read in one place (anything else is an
+internal error, exit 70); the modules that raise them import them from here. By exit code:
+
+- 1: ``DayflowError`` (the default), ``AgentNotFound``, ``AgentChanged``
+- 2: ``StoreError``, ``HistoryError``
+- 3: ``RunNotFound``
+- 4: ``RunBusy``, ``DecisionRefused``
+- 5: ``ModelCallFailed``
+- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``
+- 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``
+"""
+
+
+class DayflowError(Exception):
+    """A failure the user can act on; its message is one line, safe to print."""
+
+    exit_code = 1
+
+
+class StoreError(DayflowError):
+    """The database cannot be opened, read or written."""
+
+    exit_code = 2
+
+
+class RunNotFound(DayflowError):
+    exit_code = 3
+
+
+class RunBusy(DayflowError):
+    """Another live process owns the run."""
+
+    exit_code = 4
+
+
+class ModelCallFailed(DayflowError):
+    """The model API failed after the SDK's own retries; the run stays resumable."""
+
+    exit_code = 5
+
+
+class RateLimited(ModelCallFailed):
+    """The model API pushed back (429 rate limited, 529 overloaded) past the SDK's own retries.
+
+    Not a failure of the run: it is released ``queued`` until ``wait_s`` has passed (``agent.backpressure``),
+    its attempt not counted. ``EX_TEMPFAIL``: try again later.
+    """
+
+    exit_code = 75
+
+    def __init__(self, message: str, *, status: int, wait_s: float, run_id: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.wait_s = wait_s
+        self.run_id = run_id
+
+
+class UsageError(DayflowError):
+    """A command line, setting or input that cannot be used (``EX_USAGE``); nothing was written."""
+
+    exit_code = 64
+
+
+class SettingsError(UsageError):
+    """A setting's value cannot be used (a bad number, an unreadable config file)."""
+
+
+class HistoryError(StoreError):
+    """The stored history cannot be sent to the API; nothing was changed (exit 2, a database problem)."""
+
+
+class ReplySpooled(StoreError):
+    """A paid reply is safe in the spool file; the run continues from it on this host."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later, nothing was lost
+
+
+class AgentNotFound(DayflowError):
+    """An agent that cannot be loaded: one line, exit 1, nothing changed."""
+
+    exit_code = 1
+
+
+class AgentChanged(DayflowError):
+    """The agent's code changed since the run started: a resume says what, and needs --allow-changed-agent."""
+
+    exit_code = 1
+
+
+class OtelMissing(DayflowError):
+    """The OpenTelemetry SDK is not installed (the ``otel`` extra)."""
+
+    exit_code = 64
+
+
+class QueryError(UsageError):
+    """A search query that cannot be used; the message says why, in one line."""
+
+
+class ArchiveError(UsageError):
+    """A JSONL file that cannot be imported; the message names the line. Nothing was written."""
+
+
+class DecisionRefused(DayflowError):
+    """A decision that cannot be taken: decided already, nothing waits, the arguments changed."""
+
+    exit_code = 4
