@@ -1,4 +1,4 @@
-"""11. Model calls per committed step under chaos: the pools of ``tests/test_chaos.py``, measured.
+"""11. Model calls per committed step under chaos: the pools of ``tests/faults/test_chaos.py``, measured.
 
 Each trial is a ``tests/chaos_pool.py`` pool of real ``dayflow worker``
 processes draining queued offline runs (3 steps each) while the database

@@ -191,7 +191,7 @@ def run(quick: bool = False) -> list[Row]:
     rows.append(Row("4 start-up", "`dayflow runs` imports anthropic / psycopg",
                     f"{'yes' if 'anthropic' in runs_imports else 'no'} / "
                     f"{'yes' if 'psycopg' in runs_imports else 'no'}", "", None, "no / no",
-                    not ({"anthropic", "psycopg"} & runs_imports), "also tested: tests/test_startup_imports.py"))
+                    not ({"anthropic", "psycopg"} & runs_imports), "also tested: tests/cli/test_startup_imports.py"))
     ratio = median(first_call) / median(sdk_import)
     rows.append(Row("4 start-up", f"process start -> first API call, `dayflow resume` of {RESUME_STEPS:,} steps, "
                     "real SDK (median)", ms(median(first_call)),

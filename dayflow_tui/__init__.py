@@ -8,7 +8,7 @@ The public API, for agents written as code::
 ``open_store`` (``store``) are imported when first asked for, so
 ``import dayflow_tui`` costs nothing: the SDK (``anthropic``), Textual and
 Peewee stay out of every process that does not use them (the CLI's reading
-commands start fast; tests/test_startup_imports.py measures it).
+commands start fast; tests/cli/test_startup_imports.py measures it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A chaos pool: real ``dayflow worker`` processes drain queued runs while the database misbehaves
 and workers are SIGKILLed, then everything that must survive is checked.
 
-Used by ``tests/test_chaos.py`` and by the benchmark of calls per committed
+Used by ``tests/faults/test_chaos.py`` and by the benchmark of calls per committed
 step (``bench/bench_chaos.py``). One ``ChaosPool`` is one trial:
 
 1. ``runs`` runs are queued directly (offline model, 3 steps each);

@@ -6,7 +6,7 @@ deterministic, model-less summary and keeps the task and the latest
 exchanges exactly as they are. It is a view on the request only: the
 database keeps every step in full.
 
-Shape of the result (all decisions below are tested in tests/test_compaction.py):
+Shape of the result (all decisions below are tested in tests/agent/test_compaction.py):
 
 - In: ``[task] [a1][u1] ... [aN][uN]``; out: ``[task] [summary] [the last keep_last pairs]``.
 - A *pair* is one step: an assistant turn and, when it called tools, the

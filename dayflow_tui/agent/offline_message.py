@@ -10,7 +10,7 @@ the message's own ``to_dict``/``to_json``.
 
 ``to_dict`` is the SDK's serialisation byte for byte: only the fields that
 were given (the SDK's ``exclude_unset``), in the order the SDK declares them.
-``tests/test_offline_message.py`` compares whole offline runs against
+``tests/agent/test_offline_message.py`` compares whole offline runs against
 ``anthropic.types.Message`` and checks these field orders against the SDK's
 models, so an SDK upgrade that moves a field fails a test instead of
 changing what is stored.

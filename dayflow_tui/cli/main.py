@@ -1,7 +1,7 @@
 """``dayflow``'s entry point: parse, run the command, and turn every error into one line and its exit code.
 
 A command's module (``cli.commands``) is imported only when that command
-runs: start-up imports are measured (tests/test_startup_imports.py).
+runs: start-up imports are measured (tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations

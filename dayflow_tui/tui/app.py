@@ -177,7 +177,7 @@ class DayflowApp(App):
         than the theme's own (low-contrast) foreground, and partial styles resolve
         it to white. The foreground at 75% over the background is below the
         foreground everywhere and at least 3:1 on every built-in theme
-        (tests/test_tui_themes.py measures it).
+        (tests/tui/test_tui_themes.py measures it).
         """
         variables = super().get_css_variables()
         try:
