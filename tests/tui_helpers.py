@@ -33,7 +33,12 @@ async def wait_for(pilot, condition, timeout: float = 30.0, step: float = 0.05) 
     try:
         await wait_until(pilot, condition, timeout=timeout, step=step)
     except TimeoutError as exc:
-        raise AssertionError(str(exc)) from None
+        # What the screen showed when the wait gave up is what a reader of a failed CI log needs.
+        try:
+            shown = screen_text(pilot.app)
+        except Exception as render_error:  # noqa: BLE001 - the diagnosis must not hide the failure
+            shown = f"(screen could not be rendered: {render_error!r})"
+        raise AssertionError(f"{exc}\nscreen ({type(pilot.app.screen).__name__}):\n{shown}") from None
 
 
 def reads_done(app) -> bool:

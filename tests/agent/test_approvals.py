@@ -377,7 +377,9 @@ async def test_the_dashboard_edits_a_calls_arguments_then_approves_it(store):
         assert all(r.state == "pending" for r in store.approvals(waited.run_id) if r.state != "auto")
         # Mended in the same dialog, it is approved with the person's arguments; the rest with `a`.
         dialog.query_one(TextArea).text = json.dumps({**args, "title": "Edited in the dashboard"})
-        await pilot.click("#edit-confirm")
+        # Pressed, not clicked: under a loaded full suite a click can land on a layout not yet refreshed
+        # (a toast from the refused edits above), and the test then waits for nothing.
+        dialog.query_one("#edit-confirm").press()
         await wait_for(pilot, lambda: store.approvals(waited.run_id) and
                        next(r for r in store.approvals(waited.run_id) if r.tool_use_id == first.tool_use_id)
                        .state == "approved")
