@@ -119,8 +119,15 @@ def measure(rounds: int = 400) -> dict:
         ours, raw = interleaved(sides.ours, sides.raw_step, rounds=rounds, warmup=20)
         halves = {k: v[-rounds:] for k, v in sides.halves.items()}
         cpu = {f"cpu {k}": v[-rounds:] for k, v in sides.cpu.items()}
+        # What the search index still owes at the end (its follow-up runs every FLUSH_EVERY commits and
+        # when a run ends or is given up): counted into the mean below, so the index is paid for in full.
+        import time
+
+        started = time.perf_counter()
+        sides.store.index_pending(sides.run.id)
+        tail = time.perf_counter() - started
         sides.close()
-    return {"ours": ours, "raw": raw, **halves, **cpu}
+    return {"ours": ours, "raw": raw, **halves, **cpu, "index tail": tail}
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -134,6 +141,13 @@ def run(quick: bool = False) -> list[Row]:
         Row("10 full step", "the same, p99", ms(pct(ours, 99)), f"raw sqlite3 {ms(pct(raw, 99))}",
             pct(ours, 99) / pct(raw, 99)),
     ]
+    # The mean carries the search index's follow-up transactions (one per 32 steps here, plus what was
+    # left at the end), which the median steps around: the full price of "search on".
+    mean_ours = (sum(ours) + found["index tail"]) / len(ours)
+    mean_raw = sum(raw) / len(raw)
+    rows.append(Row("10 full step", "mean, the search index's follow-up included (every 32 steps + the rest)",
+                    ms(mean_ours), f"raw sqlite3 {ms(mean_raw)}", mean_ours / mean_raw, f"<= {TARGET}x",
+                    mean_ours / mean_raw <= TARGET, "the index is written after the commit, in batches"))
     cpu_ours, cpu_raw = median(found["cpu ours"]), median(found["cpu raw"])
     rows.append(Row("10 full step", "CPU time per full step, median (the disk's fsync left out)", ms(cpu_ours),
                     f"raw sqlite3 {ms(cpu_raw)}", cpu_ours / cpu_raw, "", None,

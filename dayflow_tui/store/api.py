@@ -33,6 +33,7 @@ from .models import Approval, Run, RunResume, Step, Task, bound_to, database_pro
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient
 from .schema import migrate
 from .search.backfill import OnNote, OnProgress
+from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
 from .tables import approvals, claims, database, forks, resumes, runs, spend, steps, tasks
@@ -212,10 +213,32 @@ class Store:
         """
         steps.append_step(self, run_id, step, lease=lease, final_status=final_status, final_text=final_text,
                           final_error=final_error)
+        self._stepped(run_id, ended=final_status is not None)
 
     def set_tool_results(self, run_id: str, n: int, results: list[dict], *, lease: Lease | None = None) -> None:
         """Commit step ``n``'s tool results once, under the lease (commit window; a landed retry is accepted)."""
         steps.set_tool_results(self, run_id, n, results, lease=lease)
+        self._stepped(run_id)
+
+    def _stepped(self, run_id: str, *, ended: bool = False) -> None:
+        """After a step commit: the search index is brought level when the run ends, and on the way in a
+        long drive (every ``FLUSH_EVERY`` commits), in one short transaction for all of them."""
+        count = self.__dict__.get("_commits_unindexed", 0) + 1
+        if ended or count >= FLUSH_EVERY:
+            count = 0
+            self.index_pending(run_id)
+        self.__dict__["_commits_unindexed"] = count
+
+    def index_pending(self, run_id: str | None = None) -> int:
+        """Index the steps committed but not yet indexed (of ``run_id``, or all); how many. Never raises.
+
+        The index is derived data: a failure here (a lost connection, a busy database, a kill) leaves the
+        steps marked, a search reads them from their rows meanwhile, and the next call indexes them.
+        """
+        try:
+            return index_pending_steps(self, run_id)
+        except Exception:  # noqa: BLE001 - nothing paid for or promised rides on it; the marks stay
+            return 0
 
     def steps(self, run_id: str, *, from_n: int | None = None) -> list[Step]:
         """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
@@ -270,14 +293,16 @@ class Store:
         return heartbeat(self, lease)
 
     def release(self, lease: Lease) -> None:
-        """Give the run up (its status stays as the driver left it)."""
+        """Give the run up (its status stays as the driver left it); then bring its search index level."""
         claims.release(self, lease)
+        self.index_pending(lease.run_id)
 
     # -- approvals and the per-call journal (tables/approvals.py) ----------
 
     def wait_for_approval(self, run_id: str, n: int, calls: list[CallToAsk], lease: Lease) -> None:
         """Record the step's calls and stop the run ``waiting``, giving its lease up (commit window)."""
         approvals.wait_for_approval(self, run_id, n, calls, lease)
+        self.index_pending(run_id)
 
     def approvals(self, run_id: str, n: int | None = None) -> list[Approval]:
         """The run's recorded calls (one step's with ``n``), in the order the model made them."""

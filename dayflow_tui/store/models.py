@@ -24,6 +24,7 @@ from peewee import (
     IntegerField,
     Model,
     Proxy,
+    SQL,
     TextField,
 )
 
@@ -154,6 +155,11 @@ class Step(BaseModel):
     # The response body exactly as the API sent it (JSON text), committed with the step; the blocks
     # above are parsed from it. NULL for steps stored before schema 3 and for clients that give no body.
     raw = TextField(null=True)
+    # 1 from the step's commit (and again when its tool results are committed) until the search index
+    # holds it (store/search/pending.py); a search reads marked steps from their rows. 0 for steps stored
+    # before schema 11, which the index already held. A row written by other code than the store's commit
+    # paths (SQL of one's own) is marked by the column's default, so it is indexed too.
+    index_pending = IntegerField(default=1, constraints=[SQL("DEFAULT 1")])
 
     class Meta:
         table_name = "steps"

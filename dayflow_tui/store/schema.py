@@ -111,10 +111,20 @@ def _status_in_list_order(store: "StoreHandle") -> None:
     store.db.execute_sql('DROP INDEX IF EXISTS "runs_status"')
 
 
+def _index_after_commit(store: "StoreHandle") -> None:
+    """Schema 11: the search index is written after a step's commit, not in it; a step waiting for it is
+    marked, and the marked steps are found through a partial index (a handful at any size)."""
+    if Step.index_pending.column_name not in column_names(store, Step):
+        # The steps already stored are in the index (0); new rows are marked unless written as indexed.
+        store.db.execute_sql('ALTER TABLE "steps" ADD COLUMN "index_pending" INTEGER NOT NULL DEFAULT 0')
+    store.db.execute_sql('CREATE INDEX IF NOT EXISTS "steps_index_pending" ON "steps" ("run_id", "n") '
+                         "WHERE index_pending = 1")
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
-                                                    _status_in_list_order)
+                                                    _status_in_list_order, _index_after_commit)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

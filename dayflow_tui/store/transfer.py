@@ -57,8 +57,12 @@ KINDS: dict[str, type[peewee.Model]] = {"run": Run, "step": Step, "resume": RunR
 _INT_RANGE = {peewee.BigIntegerField: 2**63, peewee.IntegerField: 2**31, peewee.AutoField: 2**31}
 
 
+# Local bookkeeping, not a run's content: whether this database's search index holds the step yet.
+_NOT_EXPORTED = {"index_pending"}
+
+
 def columns(model: type[peewee.Model]) -> list[peewee.Field]:
-    return list(model._meta.sorted_fields)
+    return [f for f in model._meta.sorted_fields if f.column_name not in _NOT_EXPORTED]
 
 
 def row_of(model: type[peewee.Model], instance: peewee.Model) -> dict[str, Any]:
@@ -439,7 +443,7 @@ def import_archive(store: "StoreHandle", archive: Archive, *, as_new: bool = Fal
                 report.runs.append((old, row["id"]))
             elif kind == "step":
                 # The store's cached INSERT (its per-step hot path): building each with Peewee cost 5x more.
-                store.db.execute_sql(*_insert_statement(store.db, Step, _fields(Step, row)))
+                store.db.execute_sql(*_insert_statement(store.db, Step, {**_fields(Step, row), "index_pending": 0}))
                 report.steps += 1
             elif kind == "resume":
                 _insert_keeping_id(RunResume, row, report)

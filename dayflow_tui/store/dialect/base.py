@@ -61,6 +61,11 @@ class Dialect:
         """Rows read in order to delete them: a writer racing the delete waits (a database lock does this)."""
         return query
 
+    def rows_locked_suffix(self, table_alias: str) -> str:
+        """SQL after a raw SELECT whose rows are about to be changed: a writer racing it waits (SQLite's one
+        write lock already does this for a SELECT inside a write transaction)."""
+        return ""
+
     def now(self) -> Any:
         """The value a timestamp column is set to: the database's clock where hosts share one database."""
         return clock.iso()

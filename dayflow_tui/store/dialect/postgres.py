@@ -158,6 +158,9 @@ class PostgresDialect(Dialect):
     def locked_until_commit(self, query: peewee.ModelSelect) -> peewee.ModelSelect:
         return query.for_update()
 
+    def rows_locked_suffix(self, table_alias: str) -> str:
+        return f" FOR UPDATE OF {table_alias}"
+
     def try_deadline(self, db: peewee.Database, seconds: float) -> contextlib.AbstractContextManager[dict]:
         """A server that stops answering (no RST, no FIN) would hold this thread in ``recv`` for good."""
         caller = threading.get_ident()

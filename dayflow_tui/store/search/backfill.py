@@ -93,4 +93,8 @@ def fill(store: "StoreHandle", on_progress: OnProgress) -> int:
                 if len(batch) >= _FILL_BATCH:
                     flush()
         flush()
+    # Every step is in the index now, those marked as waiting for it included (the column is there from
+    # schema 11 on; a database migrated from before it gets it later, unmarked).
+    if any(column.name == "index_pending" for column in db.get_columns("steps")):
+        db.execute_sql('UPDATE "steps" SET index_pending = 0 WHERE index_pending = 1')
     return written

@@ -1,10 +1,12 @@
-"""Index writes: every place of every run, kept in the same transaction as the rows it indexes.
+"""Index writes: every place of every run.
 
-Each commit path of the store calls in here inside its own write transaction
-(``index_step_text`` from ``append_step`` and ``set_tool_results``,
-``index_run_text`` from ``create_run``, ``create_claimed_run`` and
-``finish_run``), so a search never sees a step the store does not hold, nor
-misses one it does. How the words are stored is the dialect's
+A run's own writes are indexed in the transaction that writes them
+(``index_run_text`` from ``create_run``, ``create_claimed_run`` and
+``finish_run``, ``index_run_end`` from a step commit that ends its run, and
+``index_runs`` for forks and imports). A step's turn and tool results are
+indexed after their commit (``pending.py``): the step is marked in its
+commit, and a search reads marked steps from their rows, so a search never
+sees a step the store does not hold, nor misses one it does. How the words are stored is the dialect's
 (``write_search_docs``): an FTS5 table on SQLite, a tsvector column on
 PostgreSQL; errors are kept as a history (a run that failed twice and was
 resumed is found by either error).
@@ -44,27 +46,20 @@ def write_docs(store: "StoreHandle", docs: Sequence[DocRow]) -> int:
     return store.dialect.write_search_docs(store.db, docs)
 
 
-def index_step_text(store: "StoreHandle", run_id: str, n: int, *, assistant: list | None = None,
-                    results: list | None = None, final_text: str | None = None, error: str | None = None) -> None:
-    """Index what a step commit adds: its model turn (``assistant``) or its tool results.
+def index_run_end(store: "StoreHandle", run_id: str, n: int, assistant: list, *, final_text: str | None,
+                  error: str | None) -> None:
+    """Index how a run ends with step ``n`` (``append_step(final_status=...)``), inside that commit.
 
-    Called inside the commit's transaction. ``final_text``/``error``: the run
-    ends with this step (``append_step(final_status=...)``).
+    The step's own turn is indexed after the commit (``pending.py``), as a final turn when it holds the
+    final text; a final text it does not hold, and the error, are the run's and indexed here, once per run.
     """
     state = index_state(store)
     if state.kind is None:
         _note_unindexed(store, state, run_id, n)
         return
     docs: list[DocRow] = []
-    if assistant is not None:
-        final_turn = is_final_turn(assistant, final_text)
-        part = PART_FINAL_TURN if final_turn else PART_TURN
-        docs.append((run_id, n, part, None, by_column(turn_places(assistant, final=final_turn))))
-        if final_text and not final_turn:
-            docs.append((run_id, n, PART_FINAL, final_text, {FINAL: [Place(FINAL, final_text)]}))
-    if results is not None:
-        # Tool names are not needed to index (they are in the turn); the check at search time names them.
-        docs.append((run_id, n, PART_RESULTS, None, by_column(result_places(results, {}))))
+    if final_text and not is_final_turn(assistant, final_text):
+        docs.append((run_id, n, PART_FINAL, final_text, {FINAL: [Place(FINAL, final_text)]}))
     if error:
         docs.append((run_id, n, PART_ERROR, error, {ERROR: [Place(ERROR, error)]}))
     write_docs(store, docs)

@@ -19,6 +19,7 @@ from ..models import Run, Step
 from .docs import (DOCS, PART_ERROR, PART_FINAL, PART_FINAL_TURN, PART_RESULTS, PART_TASK, PART_TURN, STEP_PARTS,
                    WEIGHTS, Doc, IndexState, allowed_columns, blocks, chunks, load_docs)
 from .index import index_state
+from .pending import pending_steps
 
 if TYPE_CHECKING:
     from ..handle import StoreHandle
@@ -88,7 +89,12 @@ def search(store: "StoreHandle", query: Query, *, limit: int = 50, since: str | 
         unindexed = store.dialect.unindexed_note(state)
         note = f"{store.label}: {unindexed}" if unindexed else None
         return SearchResult(tuple(hits), more, None, False, note)
+    # Steps committed but not yet indexed (search/pending.py) are read from their rows, and only there:
+    # the newest writes, so they lead the first page.
+    pending = pending_steps(store)
     hits: list[Hit] = []
+    if pending and before is None:
+        hits.extend(_scan_pending(store, query, pending, since=since, agent=agent, run_ids=run_ids))
     cursor = before
     page = max(limit * 2, 64)
     exhausted = False
@@ -97,15 +103,61 @@ def search(store: "StoreHandle", query: Query, *, limit: int = 50, since: str | 
                            run_ids=run_ids)
         if rows:
             cursor = rows[-1][0]
-            hits.extend(_verify(store, query, rows))
+            hits.extend(_verify(store, query, [row for row in rows if not _is_pending(row, pending)]))
         if len(rows) < page:
             exhausted = True
             break
         page = min(page * 2, 4096)
     more = len(hits) > limit or not exhausted
     hits = hits[:limit]
-    next_cursor = hits[-1].doc_id if hits and more else None
+    next_cursor = (hits[-1].doc_id or _FIRST_INDEXED) if hits and more else None
     return SearchResult(tuple(hits), more and bool(hits), next_cursor, True, _stale_note(store))
+
+
+# The cursor of a first page that ends among the not-yet-indexed steps: the next page starts at the
+# newest index row (the rest of those steps are not shown again; they are indexed within a drive's end).
+_FIRST_INDEXED = 2**62
+
+
+def _is_pending(row: tuple, pending: dict[str, set[int]]) -> bool:
+    """An index row of a step that is marked again (its tool results came after): read from the step's rows."""
+    _id, run_id, n, part, _body = row
+    return part in STEP_PARTS and n in pending.get(run_id, ())
+
+
+def _scan_pending(store: "StoreHandle", query: Query, pending: dict[str, set[int]], *, since: str | None,
+                  agent: str | None, run_ids: list[str] | None) -> list[Hit]:
+    """Hits among the steps not yet indexed, matched on their stored rows, newest first."""
+    wanted_runs = [run_id for run_id in pending if run_ids is None or run_id in run_ids]
+    field = Run._meta.fields.get("agent")
+    wanted = {s.value for s in query.statuses}
+    hits: list[Hit] = []
+    for chunk in chunks(sorted(wanted_runs), 300):
+        for run in with_clock(store, Run.select()).where(Run.id.in_(list(chunk))):
+            if agent is not None and (getattr(run, field.name) if field is not None else BUILT_IN_AGENT) != agent:
+                continue
+            status = effective_status(run)
+            if wanted and status not in wanted:
+                continue
+            ns = sorted(pending[run.id])
+            steps = list(Step.select(Step.run, Step.n, Step.assistant, Step.tool_results, Step.created_at)
+                         .where((Step.run == run.id) & Step.n.in_(ns)))
+            rows: list[tuple] = []
+            for step in steps:
+                final_turn = step.n == run.step_count and is_final_turn(blocks(step.assistant), run.final_text)
+                rows.append((0, run.id, step.n, PART_FINAL_TURN if final_turn else PART_TURN, None))
+                if step.tool_results is not None:
+                    rows.append((0, run.id, step.n, PART_RESULTS, None))
+            known = {(run.id, s.n): (s.assistant, s.tool_results, s.created_at) for s in steps}
+            for doc in load_docs(store.db, rows, steps=known, tasks={}):
+                at = doc.at or run.updated_at
+                if since and at < since:
+                    continue
+                hit = _hit_of(doc, query, status, at)
+                if hit is not None:
+                    hits.append(hit)
+    hits.sort(key=lambda hit: (hit.at, hit.step), reverse=True)
+    return hits
 
 
 def _stale_note(store: "StoreHandle") -> str | None:

@@ -157,7 +157,8 @@ def write_fork(store: StoreHandle, fork: Run, rows: list[dict[str, Any]], journa
     with store.write_transaction():
         Run.insert(**values).execute()
         if rows:
-            Step.insert_many([{**row, "run": fork.id} for row in rows]).execute()
+            # Indexed below, in this transaction: the copies are not waiting for the index.
+            Step.insert_many([{**row, "run": fork.id, "index_pending": 0} for row in rows]).execute()
         if journal:
             Approval.insert_many([{**row, "run": fork.id} for row in journal]).execute()
         index_runs(store, [fork.id])  # its copied steps are searchable as its own

@@ -22,7 +22,7 @@ from ...testhook import pause_point
 from ..leases import Lease
 from ..models import Run, Step
 from ..retry import attempt_number, store_call
-from ..search.index import index_step_text
+from ..search.index import index_run_end
 
 if TYPE_CHECKING:
     from ..handle import StoreHandle
@@ -96,7 +96,7 @@ def append_step(store: StoreHandle, run_id: str, step: StepRecord, *, lease: Lea
                cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
                duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
                compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
-               created_at=stamp or _host_now())
+               created_at=stamp or _host_now(), index_pending=1)
     values: dict[str, Any] = {"attempts": 0 if final_status is not None else 1, "not_before": None}
     if final_status is not None:
         values.update(status=final_status, final_text=final_text, error=final_error)
@@ -110,8 +110,10 @@ def append_step(store: StoreHandle, run_id: str, step: StepRecord, *, lease: Lea
         if store.db.execute_sql(update_sql, update_params).rowcount != 1:
             raise RunBusy(f"run {run_id} was taken over by another process")
         store.db.execute_sql(insert_sql, insert_params)
-        index_step_text(store, run_id, step.n, assistant=step.assistant,
-                        final_text=final_text if final_status else None, error=final_error)
+        # The step itself is indexed after the commit (search/pending.py: it is marked); a run's end
+        # (its final text, its error) is indexed with it, once per run.
+        if final_status is not None:
+            index_run_end(store, run_id, step.n, step.assistant, final_text=final_text, error=final_error)
         pause_point("commit")
     pause_point("committed")
 
@@ -140,7 +142,6 @@ def set_tool_results(store: StoreHandle, run_id: str, n: int, results: list[dict
             if attempt_number() and stored is not None and stored.tool_results == encoded:
                 return  # our earlier try committed before the connection went
             raise StoreError(f"run {run_id} step {n}: tool results already recorded")
-        index_step_text(store, run_id, n, results=results)
         pause_point("commit")
     pause_point("committed")
 
@@ -241,7 +242,9 @@ def _tool_results_sql(param: str, quote: str, now_sql: str | None) -> str:
     table = _quoted(quote, Step._meta.table_name)
     results, done_at = _quoted(quote, Step.tool_results.column_name), _quoted(quote, Step.tools_done_at.column_name)
     run, n = _quoted(quote, Step.run.column_name), _quoted(quote, Step.n.column_name)
-    return (f"UPDATE {table} SET {results} = {param}, {done_at} = {now_sql or param} "
+    pending = _quoted(quote, Step.index_pending.column_name)
+    # Marked again: the results are indexed after the commit (search/pending.py).
+    return (f"UPDATE {table} SET {results} = {param}, {done_at} = {now_sql or param}, {pending} = 1 "
             f"WHERE {run} = {param} AND {n} = {param} AND {results} IS NULL")
 
 
