@@ -151,7 +151,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ...config import settings
 
     settings.apply_flags(offline_delay_s=args.delay)
-    watch_drives()  # before the store is opened: a live export without its SDK is refused first
+    watch_drives()  # the runs it drives send their spans live (setting otel_endpoint); work() checks the SDK first
     store = open_db(args)
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
     # says it is ready, not inside its first run.
