@@ -57,7 +57,7 @@ def request_tokens(request: dict) -> int:
 
 def drive(tmp: Path, compact_at: int | None) -> tuple[list[dict], object, list]:
     """One 40-step run; returns (requests as sent, run, tasks)."""
-    from dayflow_tui.agent.loop import run_brief
+    from dayflow_tui.agent.runs import run_brief
     from dayflow_tui.store import open_store
     from tests.long_run_model import STEPS, LongRunClient
 

@@ -91,8 +91,8 @@ class FirstCallClient:
 
 
 def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
-    """In process, imports done: ``loop.resume`` (or ``run_brief``) to the first model call."""
-    from dayflow_tui.agent import loop
+    """In process, imports done: ``runs.resume`` (or ``run_brief``) to the first model call."""
+    from dayflow_tui.agent import runs
     from dayflow_tui.config.errors import ModelCallFailed
     from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
@@ -107,9 +107,9 @@ def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
             started = time.perf_counter()
             try:
                 if run_id is None:
-                    loop.run_brief(store, model="offline", client=client)
+                    runs.run_brief(store, model="offline", client=client)
                 else:
-                    loop.resume(run_id, store=store, client=client)
+                    runs.resume(run_id, store=store, client=client)
             except ModelCallFailed:
                 pass
             store.close()

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.store import open_store
 

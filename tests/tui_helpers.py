@@ -91,7 +91,7 @@ def footer_ready(app) -> bool:
 
 
 class SteadyTimer:
-    """Stands in for the loop's ``time`` module: every model call takes exactly 700 ms."""
+    """Stands in for the driver's ``time`` module (``agent.driver``): every model call takes exactly 700 ms."""
 
     def __init__(self) -> None:
         self._ticks = itertools.count()

@@ -1,4 +1,7 @@
-"""The agent side: the loop, the messages it sends, tools, compaction, the offline model and workers.
+"""The agent side: runs started, queued and resumed (``runs``), driven step by step (``driver``: call, commit,
+tools), their limits (``budget``), the request and the call (``request``), what they tell the world (``events``),
+tools, compaction, the offline model and workers.
 
-Built on the store (``dayflow_tui.store``); knows nothing of any front end.
+Built on money and the store; knows nothing of any front end, nor of the trace export (``otel`` registers with
+``events`` as a drive watcher).
 """

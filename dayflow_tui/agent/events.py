@@ -1,13 +1,16 @@
-"""What a run tells the world: the step events a front end watches, a drive's result, and the loop's constants.
+"""What a run tells the world: the step events a front end watches, a drive's result, the driver's constants,
+and the hooks (``DriveWatch``) that watch every drive of a process.
 
 Its own module so that what watches a run (the OpenTelemetry export, the dashboard's messages, workers) can
-name these without importing the loop that makes them: no import circle runs through the loop.
+name these without importing the driver that makes them: no import circle runs through the driver, and the
+agent never imports what watches it (``otel.live`` registers itself here; the agent calls the hooks).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from ..money.cost import Cost
 
@@ -84,3 +87,57 @@ ENDS_BEFORE_TOOLS: dict[str, Callable[[str, int], str]] = {
         "the task alone filled the model's context window (stop_reason=model_context_window_exceeded); "
         "start a new run with a shorter task"),
 }
+
+
+# -- hooks on every drive ------------------------------------------------------
+
+
+class Watching(Protocol):
+    """One drive, watched: told of each committed step, then asked at the end what (if anything) went wrong."""
+
+    def on_step(self, event: StepEvent) -> None: ...
+
+    def finish(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class DriveWatch:
+    """Something that watches every run this process drives (the live trace export: ``otel.live``).
+
+    ``check()`` runs before a run is created or claimed and may refuse it (a ``DayflowError``: nothing is
+    written); ``start(store, run_id)`` runs once the run is claimed and returns the ``Watching`` of this
+    drive, or None. A watcher never stops a run: what it could not do comes back as ``RunResult.trace_problem``.
+    """
+
+    name: str
+    check: Callable[[], None]
+    start: Callable[[Any, str], Watching | None]
+
+
+_WATCHES: list[DriveWatch] = []
+_WATCHES_LOCK = threading.Lock()
+
+
+def watch(hook: DriveWatch) -> None:
+    """Call ``hook`` on every drive from now on (once, however often it is registered)."""
+    with _WATCHES_LOCK:
+        if hook not in _WATCHES:
+            _WATCHES.append(hook)
+
+
+def unwatch(hook: DriveWatch) -> None:
+    with _WATCHES_LOCK:
+        if hook in _WATCHES:
+            _WATCHES.remove(hook)
+
+
+def drive_watches() -> tuple[DriveWatch, ...]:
+    """The hooks registered now, in the order they were registered."""
+    with _WATCHES_LOCK:
+        return tuple(_WATCHES)
+
+
+def check_watches() -> None:
+    """Every hook's ``check``: a run a watcher cannot watch is refused before anything is claimed."""
+    for hook in drive_watches():
+        hook.check()

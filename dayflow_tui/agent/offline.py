@@ -35,8 +35,6 @@ from .compaction import summarised_calls
 from .offline_message import OfflineMessage
 from ..money.tokens import estimate_tokens
 
-OFFLINE_MODEL = "offline"
-
 _ASKS = re.compile(r"\b(could you|can you|please|action required)\b", re.I)
 _NO_ACTION = re.compile(r"no (further )?action needed", re.I)
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]

@@ -15,7 +15,9 @@ from typing import Any
 from ..money.estimate import ResumeEstimate, price_resume
 from ..redaction import redacted_line
 from ..store import Store, step_blocks
-from .loop import OFFLINE_MODEL, build_request, make_client, prepare_messages, previous_call
+from ..config.settings import OFFLINE_MODEL
+from .request import build_request, make_client, prepare_messages
+from .budget import previous_call
 from .messages import messages_from
 
 

@@ -2,7 +2,7 @@
 
 A worker claims one run at a time with ``store.claim_next`` (a queued run,
 or a ``running`` run whose owner is gone) and continues it with
-``loop.resume``, so committed steps cost nothing and tasks are not repeated.
+``runs.resume``, so committed steps cost nothing and tasks are not repeated.
 The lease makes it safe to start any number of workers, on any number of
 hosts, against one database: a run is driven by one process at a time.
 
@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 from ..config.errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
 from .backpressure import SharedPause, reason
-from .loop import OnStep, RunResult, resume
+from .events import OnStep, RunResult, check_watches
+from .runs import resume
 from ..store import STALE_AFTER_S, Store
 
 
@@ -57,9 +58,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     each thread at its run's next step boundary; the run is released and
     any worker can continue it.
     """
-    from .otel import require_live_export
-
-    require_live_export()  # with the otel_endpoint setting, a missing SDK stops the worker before any claim
+    check_watches()  # a drive watcher that cannot watch (live export without its SDK) stops the worker before any claim
     stop = stop or threading.Event()
     report = WorkReport()
     lock = threading.Lock()

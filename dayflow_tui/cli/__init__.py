@@ -1,4 +1,4 @@
-"""``dayflow``: the command-line front end over the store and the loop.
+"""``dayflow``: the command-line front end over the views, the agent and the store.
 
 ``main`` (the console script) is in ``cli.main``; the command line in
 ``cli.parser``; the commands in ``cli.commands``, one module per kind; what

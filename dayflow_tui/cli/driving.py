@@ -57,14 +57,27 @@ def finish(result) -> int:
     return 3
 
 
+def watch_drives() -> None:
+    """The runs this command drives send their spans live when the ``otel_endpoint`` setting is set.
+
+    The agent does not know the OpenTelemetry export; it calls the drive watchers registered with it
+    (``agent.events.DriveWatch``), and this puts the live export among them. Imported here, not at the
+    top: a reading command that shares this module (``export``, ``pending``) does not load it.
+    """
+    from ..otel.live import watch_drives as watch_with_live_export
+
+    watch_with_live_export()
+
+
 def waiting_out_rate_limits(start, store, options: dict):
     """``start()``, and while the model API pushes back (429, 529) wait as it asks and resume the run,
     saying so on stderr, for at most the ``rate_limit_wait_s`` setting in all (past it: one line, exit 75,
-    the run left queued for a worker or a later resume)."""
+    the run left queued for a worker or a later resume). Every drive is watched (``watch_drives``)."""
     from ..config import settings
     from ..agent.backpressure import wait_out
-    from ..agent.loop import resume
+    from ..agent.runs import resume
 
+    watch_drives()
     again = {k: v for k, v in options.items() if k in ("on_step", "on_start", "crash_after_step")}
     return wait_out(start, lambda run_id: resume(run_id, store=store, **again),
                     bound_s=settings.current().rate_limit_wait_s,

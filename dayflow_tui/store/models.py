@@ -96,7 +96,7 @@ class Run(BaseModel):
     step_count = IntegerField(default=0)
     model = TextField()  # API-sent text is unbounded TEXT: PostgreSQL refused long values, losing paid replies
     budget_tokens = IntegerField(null=True)
-    # The whole run's spend limit in dollars (schema 6); checked before every paid call (agent/loop.py).
+    # The whole run's spend limit in dollars (schema 6); checked before every paid call (agent/budget.py).
     budget_usd = DecimalField(max_digits=14, decimal_places=6, null=True, auto_round=True)
     max_steps = IntegerField(default=12)
     # JSON list of the tool names whose calls wait for a person's decision (schema 7), fixed when the run

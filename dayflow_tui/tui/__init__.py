@@ -1,1 +1,1 @@
-"""``dayflow-tui``: the Textual dashboard over the store and the loop."""
+"""``dayflow-tui``: the Textual dashboard over the views, the agent and the store."""

@@ -1,8 +1,10 @@
 """``dayflow-tui``: watch, inspect and resume runs.
 
 The app owns the store and the one drive worker; screens ask it to open,
-resume or start runs. The worker runs the loop on a thread and reports
-through messages (``messages.py``); the loop itself knows nothing of this UI.
+resume or start runs. The worker drives runs (``agent.runs``) on a thread and
+reports through messages (``messages.py``); the agent knows nothing of this UI.
+The drives are watched by the live trace export (``otel.live``, registered
+here) when the ``otel_endpoint`` setting names a receiver.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from textual.app import App, SystemCommand
 from textual.color import Color, ColorParseError
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ..agent import loop
+from ..agent import runs
+from ..otel.live import watch_drives
 from ..config.errors import StoreError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
@@ -404,7 +407,8 @@ class DayflowApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="drive", name="drive")
     def _drive(self, run_id: str | None, budget_usd: Decimal | None = None) -> None:
-        """Run the loop on this thread; report through messages; never touch widgets."""
+        """Drive a run on this thread; report through messages; never touch widgets."""
+        watch_drives()  # its spans leave live when the otel_endpoint setting is set
         worker = get_current_worker()
         buffer = StepBuffer(self.post_message)
         new = run_id is None
@@ -419,9 +423,9 @@ class DayflowApp(App):
                                        should_stop=lambda: worker.is_cancelled)
         try:
             if new:
-                model = loop.default_model()
+                model = runs.default_model()
                 client = self.client_factory(model) if self.client_factory else None
-                result = loop.run_brief(self.store, model=model, client=client, **options)
+                result = runs.run_brief(self.store, model=model, client=client, **options)
             else:
                 run = self.store.get_run(run_id)
                 client = self.client_factory(run.model) if self.client_factory else None
@@ -433,7 +437,7 @@ class DayflowApp(App):
                         self.call_from_thread(self.notify, f"Run {run.id} continues with another "
                                               f"{format_usd(run.budget_usd)}: budget {format_usd(budget_usd)}.",
                                               title="Budget")
-                result = loop.resume(run.id, store=self.store, client=client, budget_usd=budget_usd,
+                result = runs.resume(run.id, store=self.store, client=client, budget_usd=budget_usd,
                                      **renewed_limits(run), **options)
             buffer.flush()
             self.post_message(RunFinished(result))

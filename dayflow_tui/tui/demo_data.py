@@ -14,7 +14,8 @@ import os
 from datetime import datetime, timedelta
 from typing import Iterator
 
-from ..agent import loop
+from ..agent import runs
+from ..config.settings import OFFLINE_MODEL
 from ..config.errors import ModelCallFailed
 from ..agent.offline import OfflineClient
 from ..store import Lease, StepRecord, Store
@@ -59,13 +60,13 @@ class FailingClient:
 
 def done_run(store: Store, run_id: str, at: datetime) -> None:
     with clock_at(at):
-        loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0))
+        runs.run_brief(store, run_id=run_id, model=OFFLINE_MODEL, client=OfflineClient(delay=0))
 
 
 def waiting_run(store: Store, run_id: str, at: datetime) -> None:
     """A run stopped after step 2: its create_task calls wait for a person's decision."""
     with clock_at(at):
-        loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0),
+        runs.run_brief(store, run_id=run_id, model=OFFLINE_MODEL, client=OfflineClient(delay=0),
                        approval_tools=("create_task",))
 
 
@@ -73,7 +74,7 @@ def interrupted_run(store: Store, run_id: str, at: datetime, *, after_step: int 
     """A run whose process died after committing ``after_step`` steps (status stays ``running``)."""
     with clock_at(at):
         try:
-            loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0),
+            runs.run_brief(store, run_id=run_id, model=OFFLINE_MODEL, client=OfflineClient(delay=0),
                            crash_after_step=after_step)
         except SystemExit:
             pass
@@ -82,25 +83,25 @@ def interrupted_run(store: Store, run_id: str, at: datetime, *, after_step: int 
 def failed_run(store: Store, run_id: str, at: datetime) -> None:
     with clock_at(at):
         try:
-            loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=FailingClient(fail_on=2))
+            runs.run_brief(store, run_id=run_id, model=OFFLINE_MODEL, client=FailingClient(fail_on=2))
         except ModelCallFailed:
             pass
 
 
 def budget_run(store: Store, run_id: str, at: datetime) -> None:
     with clock_at(at):
-        loop.run_brief(store, run_id=run_id, model=loop.OFFLINE_MODEL, client=OfflineClient(delay=0), max_steps=1)
+        runs.run_brief(store, run_id=run_id, model=OFFLINE_MODEL, client=OfflineClient(delay=0), max_steps=1)
 
 
 def queued_run(store: Store, run_id: str, at: datetime) -> None:
     with clock_at(at):
-        store.create_run(loop.DEFAULT_TASK, model=loop.OFFLINE_MODEL, run_id=run_id)
+        store.create_run(runs.DEFAULT_TASK, model=OFFLINE_MODEL, run_id=run_id)
 
 
 def running_run(store: Store, run_id: str, at: datetime) -> Lease:
     """A run this process holds the lease on (so its owner is alive). Release the lease when done."""
     with clock_at(at):
-        _run, lease = store.create_claimed_run(loop.DEFAULT_TASK, model=loop.OFFLINE_MODEL, run_id=run_id)
+        _run, lease = store.create_claimed_run(runs.DEFAULT_TASK, model=OFFLINE_MODEL, run_id=run_id)
     return lease
 
 
@@ -108,7 +109,7 @@ def hostile_run(store: Store, run_id: str, at: datetime) -> None:
     """A finished run whose task, text, tool arguments and payloads carry markup and escape codes,
     with one tool call that failed (``is_error``)."""
     with clock_at(at):
-        run = store.create_run(f"Summarise: {HOSTILE}", model=loop.OFFLINE_MODEL, run_id=run_id,
+        run = store.create_run(f"Summarise: {HOSTILE}", model=OFFLINE_MODEL, run_id=run_id,
                                status="running")
     with clock_at(at + timedelta(seconds=2)):
         assistant = [{"type": "text", "text": f"Reading mail titled {HOSTILE}"},
@@ -116,7 +117,7 @@ def hostile_run(store: Store, run_id: str, at: datetime) -> None:
                      {"type": "tool_use", "id": "toolu_h2", "name": "create_task",
                       "input": {"title": HOSTILE, "idempotency_key": "mail-[bold]x[/]"}}]
         store.append_step(run.id, StepRecord(n=1, stop_reason="tool_use", assistant=assistant, input_tokens=812,
-                                             output_tokens=96, model=loop.OFFLINE_MODEL, duration_ms=640))
+                                             output_tokens=96, model=OFFLINE_MODEL, duration_ms=640))
         mails = {"ok": True, "count": 2, "mails": [
             {"id": "m-1", "subject": HOSTILE, "from": "[link=x]boss[/link] <boss@example.com>"},
             {"id": "m-2", "subject": "\x1b[2J\x1b[Hscreen wipe", "from": "ansi@example.com"}]}
@@ -129,7 +130,7 @@ def hostile_run(store: Store, run_id: str, at: datetime) -> None:
     with clock_at(at + timedelta(seconds=5)):
         brief = f"## Today\n- {HOSTILE}\n\n## One thing\nCheck the [bold] mail."
         store.append_step(run.id, StepRecord(n=2, stop_reason="end_turn", assistant=[{"type": "text", "text": brief}],
-                                             input_tokens=1204, output_tokens=140, model=loop.OFFLINE_MODEL,
+                                             input_tokens=1204, output_tokens=140, model=OFFLINE_MODEL,
                                              duration_ms=710),
                           final_status="done", final_text=brief)
 
@@ -152,14 +153,14 @@ def many_runs(store: Store, count: int, *, prefix: str = "bulk") -> None:
     with store.db.atomic():
         for i in range(count):
             with clock_at(BASE_TIME + timedelta(seconds=i)):
-                store.create_run(f"bulk run {i}", model=loop.OFFLINE_MODEL, run_id=f"{prefix}-{i:07d}",
+                store.create_run(f"bulk run {i}", model=OFFLINE_MODEL, run_id=f"{prefix}-{i:07d}",
                                  status="done")
 
 
 def long_run(store: Store, run_id: str, steps: int) -> None:
     """A finished run of ``steps`` steps, each a tool call with a result (for the benchmark)."""
     with store.db.atomic():
-        store.create_run(f"long run of {steps} steps", model=loop.OFFLINE_MODEL, run_id=run_id, status="running")
+        store.create_run(f"long run of {steps} steps", model=OFFLINE_MODEL, run_id=run_id, status="running")
         for n in range(1, steps + 1):
             last = n == steps
             blocks = [{"type": "text", "text": f"step {n}: " + "reading the calendar again. " * 8}]

@@ -318,7 +318,7 @@ def anyio_backend():
 
 @pytest.mark.anyio
 async def test_the_dashboard_lists_and_resumes_a_run_of_the_example_agent(store, tmp_path, monkeypatch):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.agent.offline import OfflineClient
     from dayflow_tui.agent.registry import load_agent, resolve_ref
     from dayflow_tui.tui.app import DayflowApp
@@ -331,7 +331,7 @@ async def test_the_dashboard_lists_and_resumes_a_run_of_the_example_agent(store,
     ref = resolve_ref(str(Path(__file__).resolve().parents[2] / "examples" / "todo_triage.py") + ":agent")
     agent = load_agent(ref)
     with pytest.raises(SystemExit):
-        loop.run_brief(store, agent=agent, agent_ref=ref, client=OfflineClient(delay=0), crash_after_step=1)
+        runs.run_brief(store, agent=agent, agent_ref=ref, client=OfflineClient(delay=0), crash_after_step=1)
     [run] = store.list_runs()
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)

@@ -285,7 +285,7 @@ def anyio_backend():
 @pytest.mark.anyio
 @pytest.mark.parametrize("decision", ["approve", "deny"])
 async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(store, decision):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.tui.app import DayflowApp
     from dayflow_tui.tui.screens.decide import DenyDialog
 
@@ -293,7 +293,7 @@ async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(sto
     from ..tui_helpers import SIZE, open_run, screen_text, wait_for
 
     first = CountingClient()
-    waited = loop.run_brief(store, client=first, approval_tools=("create_task",))
+    waited = runs.run_brief(store, client=first, approval_tools=("create_task",))
     assert waited.status == "waiting" and first.calls == 2
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
@@ -324,14 +324,14 @@ async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(sto
 
 @pytest.mark.anyio
 async def test_waiting_runs_come_first_in_the_run_list_and_leave_the_top_once_decided(store):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.tui.app import DayflowApp
 
     from ..conftest import CountingClient
     from ..tui_helpers import SIZE, settle, wait_for
 
-    waited = loop.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
-    newer = [loop.run_brief(store, client=CountingClient()).run_id for _ in range(2)]
+    waited = runs.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
+    newer = [runs.run_brief(store, client=CountingClient()).run_id for _ in range(2)]
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -349,14 +349,14 @@ async def test_waiting_runs_come_first_in_the_run_list_and_leave_the_top_once_de
 async def test_the_dashboard_edits_a_calls_arguments_then_approves_it(store):
     from textual.widgets import TextArea
 
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.tui.app import DayflowApp
     from dayflow_tui.tui.screens.decide import EditDialog
 
     from ..conftest import CountingClient
     from ..tui_helpers import SIZE, open_run, screen_text, wait_for
 
-    waited = loop.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
+    waited = runs.run_brief(store, client=CountingClient(), approval_tools=("create_task",))
     first = [r for r in store.approvals(waited.run_id) if r.state == "pending"][0]
     args = json.loads(first.input)
     client = CountingClient()

@@ -11,7 +11,8 @@ import pytest
 from anthropic.types import Message
 
 from dayflow_tui.money import cost as costs
-from dayflow_tui.agent.loop import MAX_TOKENS, resume, run_brief
+from dayflow_tui.agent.events import MAX_TOKENS
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import UsageError
 from dayflow_tui.money.cost import Usage
 from dayflow_tui.store import open_store

@@ -15,7 +15,8 @@ import pytest
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX, compact, estimate_tokens, pairs_of, summarised_calls
 from dayflow_tui.config.errors import DayflowError
-from dayflow_tui.agent.loop import build_request, next_request_preview, prepare_messages, resume, run_brief
+from dayflow_tui.agent.request import build_request, next_request_preview, prepare_messages
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.agent.offline import OfflineClient
 from dayflow_tui.store import dumps, open_store, step_blocks
 from dayflow_tui.money.tokens import estimate_tokens as tokens_estimate

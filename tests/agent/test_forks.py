@@ -169,7 +169,7 @@ def anyio_backend():
 
 @pytest.mark.anyio
 async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.tui.app import DayflowApp
     from dayflow_tui.tui.screens.time_travel import DiffScreen, ForkDialog
     from dayflow_tui.tui.screens.transcript import TranscriptScreen
@@ -177,7 +177,7 @@ async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store
     from ..conftest import CountingClient
     from ..tui_helpers import SIZE, open_run, select_loaded, settle, wait_for
 
-    parent = loop.run_brief(store, client=CountingClient()).run_id
+    parent = runs.run_brief(store, client=CountingClient()).run_id
     client = CountingClient()
     app = DayflowApp(store, client_factory=lambda model: client)
     async with app.run_test(size=SIZE) as pilot:
@@ -213,18 +213,18 @@ async def test_the_dashboard_forks_at_a_step_resumes_the_fork_and_diffs_it(store
 
 @pytest.mark.anyio
 async def test_the_run_list_shows_forks_under_their_parent_and_folds_them(store):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.store.tables.forks import ForkPlan
     from dayflow_tui.tui.app import DayflowApp
 
     from ..conftest import CountingClient
     from ..tui_helpers import SIZE, screen_text, select_loaded, settle, wait_for
 
-    parent = loop.run_brief(store, client=CountingClient()).run_id
+    parent = runs.run_brief(store, client=CountingClient()).run_id
     first = store.fork_run(parent, ForkPlan(at=1)).id
     second = store.fork_run(parent, ForkPlan(at=2)).id
     grandchild = store.fork_run(first, ForkPlan(at=1)).id
-    newest = loop.run_brief(store, client=CountingClient()).run_id
+    newest = runs.run_brief(store, client=CountingClient()).run_id
     app = DayflowApp(store)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot)

@@ -11,9 +11,10 @@ import pytest
 
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui import clock
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import request as agent_request
 from dayflow_tui.config.errors import ModelCallFailed, RunBusy
-from dayflow_tui.agent.loop import resume, run_brief, wire_blocks
+from dayflow_tui.agent.runs import resume, run_brief
+from dayflow_tui.agent.request import wire_blocks
 from dayflow_tui.store.models import Run
 from dayflow_tui.store import HOSTNAME, effective_status
 
@@ -49,7 +50,7 @@ def test_resume_of_finished_run_calls_nothing_and_builds_no_client(store, monkey
     def no_client(model):
         raise AssertionError("a client was built for a finished run")
 
-    monkeypatch.setattr(loop, "make_client", no_client)
+    monkeypatch.setattr(agent_request, "make_client", no_client)
     again = resume(done.run_id, store=store)
     assert again.calls == 0
     assert again.final_text == done.final_text

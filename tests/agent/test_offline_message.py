@@ -14,7 +14,8 @@ import pytest
 from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
 
 from dayflow_tui.agent import offline_message
-from dayflow_tui.agent.loop import resume, run_brief, wire_blocks
+from dayflow_tui.agent.runs import resume, run_brief
+from dayflow_tui.agent.request import wire_blocks
 from dayflow_tui.agent.offline_message import OfflineMessage
 
 from ..conftest import CountingClient

@@ -10,8 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from dayflow_tui.agent.loop import resume, run_brief
-from dayflow_tui.agent.otel import span_id_of, trace_id_of
+from dayflow_tui.agent.runs import resume, run_brief
+from dayflow_tui.otel.plan import span_id_of, trace_id_of
 from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.store import open_store
 

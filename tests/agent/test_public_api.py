@@ -102,3 +102,17 @@ def test_no_module_imports_its_own_packages_init():
                 lines = graph.get_import_details(importer=child, imported=package)
                 found.append(f"{child} -> {package}: {[line['line_contents'] for line in lines]}")
     assert found == []
+
+
+def test_the_import_graph_has_no_circle():
+    """Every import counts, those inside functions and under TYPE_CHECKING too (tools/import_circles.py)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "tools" / "import_circles.py"
+    spec = importlib.util.spec_from_file_location("import_circles", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    edges = module.import_graph()
+    assert "dayflow_tui.agent.runs" in edges and "dayflow_tui.otel.live" in edges
+    assert module.circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]  # the counter does find one
+    assert module.circles(edges) == []

@@ -1,6 +1,6 @@
 """A real-model resume builds the SDK client in a background thread while it reads the history.
 
-The subprocess test drives ``loop.resume`` in a fresh interpreter (``anthropic``
+The subprocess test drives ``runs.resume`` in a fresh interpreter (``anthropic``
 not yet imported) against the loopback API and looks inside while the
 history is read: the build thread is already running. The in-process tests
 pin down the hand-over: a failed background build is done again (and fails)
@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from dayflow_tui.agent import sdk_client
-from dayflow_tui.agent.loop import make_client, run_brief
+from dayflow_tui.agent.request import make_client
+from dayflow_tui.agent.runs import run_brief
 from dayflow_tui.config.errors import DayflowError
 from dayflow_tui.store import open_store
 
@@ -25,7 +26,7 @@ from ..loopback_api import FAKE_KEY, LoopbackAPI
 
 RESUME_IN_A_FRESH_PROCESS = r"""
 import sys, threading
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import runs
 from dayflow_tui.store import open_store, Store
 
 seen = {}
@@ -39,7 +40,7 @@ def watching(self, run_id):
 Store.replay_steps = watching
 assert "anthropic" not in sys.modules
 store = open_store(sys.argv[1], create=False)
-result = loop.resume(sys.argv[2], store=store)
+result = runs.resume(sys.argv[2], store=store)
 print(result.status, "dayflow-sdk-client" in seen["threads"])
 """
 

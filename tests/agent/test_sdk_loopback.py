@@ -10,7 +10,7 @@ import pytest
 
 from dayflow_tui.agent.messages import rebuild_messages
 from dayflow_tui.config.errors import ModelCallFailed
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 
 from ..loopback_api import LoopbackAPI
 

@@ -37,16 +37,16 @@ def ids(tree: forks.ForkTree) -> list[tuple[str, int]]:
 
 def _lineage(store) -> dict[str, str]:
     """A run, two forks of it, a fork of the first fork, and a newer run: their ids by role."""
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.store.tables.forks import ForkPlan
 
     from ..conftest import CountingClient
 
-    parent = loop.run_brief(store, client=CountingClient()).run_id
+    parent = runs.run_brief(store, client=CountingClient()).run_id
     first = store.fork_run(parent, ForkPlan(at=1)).id
     second = store.fork_run(parent, ForkPlan(at=2)).id
     grandchild = store.fork_run(first, ForkPlan(at=1)).id
-    newest = loop.run_brief(store, client=CountingClient()).run_id
+    newest = runs.run_brief(store, client=CountingClient()).run_id
     return dict(parent=parent, first=first, second=second, grandchild=grandchild, newest=newest)
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from dayflow_tui.agent.loop import run_brief
+from dayflow_tui.agent.runs import run_brief
 from dayflow_tui.store.models import Run, Step, Task
 from dayflow_tui.store import open_store
 from dayflow_tui.agent.worker import work

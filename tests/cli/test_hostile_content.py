@@ -15,7 +15,7 @@ import re
 import pytest
 
 from dayflow_tui.agent import sample_data
-from dayflow_tui.agent.loop import run_brief
+from dayflow_tui.agent.runs import run_brief
 
 from ..conftest import CountingClient
 from ..loopback_api import LoopbackAPI, error_reply, message_reply

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from dayflow_tui.agent.loop import run_brief
+from dayflow_tui.agent.runs import run_brief
 
 from ..conftest import dayflow_cmd
 from ..loopback_api import LoopbackAPI

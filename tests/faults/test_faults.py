@@ -16,7 +16,7 @@ import pytest
 
 from dayflow_tui import store as store_module
 from dayflow_tui.config.errors import RunBusy, StoreError
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.store.models import Run, Step
 from dayflow_tui.redaction import redact_and_cut
 from dayflow_tui.store import StepRecord, open_store

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from dayflow_tui.config.errors import ModelCallFailed, RateLimited
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.store import step_blocks
 
 from ..loopback_api import FAKE_KEY, LoopbackAPI, drop, error_reply, hang, message_reply
@@ -139,7 +139,7 @@ def test_a_refusal_holding_tool_calls_runs_none_of_them(store, api):
 
 
 def test_a_pause_turn_continuation_joins_the_paused_turn_so_roles_alternate(store, api):
-    from dayflow_tui.agent.loop import replay_request
+    from dayflow_tui.agent.request import replay_request
 
     paused = [{"type": "text", "text": "Still looking through the calendar..."}]
     api.planned[1] = message_reply(paused, "pause_turn")

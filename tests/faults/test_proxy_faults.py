@@ -235,7 +235,7 @@ def test_heartbeats_cut_at_their_commit_keep_the_lease_and_the_run_ends_on_its_o
     then after it committed them, then with every other connection too). A rival worker on another host
     takes over any run whose beat is 3 s old. A blip must not cost the lease: the owner finishes the run,
     the rival calls nothing."""
-    from dayflow_tui.agent.loop import resume
+    from dayflow_tui.agent.runs import resume
     from dayflow_tui.store import open_store
 
     rival_log = tmp_path / "rival-calls.log"

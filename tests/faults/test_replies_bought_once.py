@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dayflow_tui.agent.loop import queue_brief, resume, run_brief
+from dayflow_tui.agent.runs import queue_brief, resume, run_brief
 from dayflow_tui.agent.replies import stored_raw
 from dayflow_tui.agent.worker import work
 from dayflow_tui.config.errors import ModelCallFailed

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import pytest
 
 from dayflow_tui.agent.define import Agent, tool
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import StoreError
 from dayflow_tui.store import open_store
 from dayflow_tui.store.dialect import SqliteDialect

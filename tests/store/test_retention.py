@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 
 from dayflow_tui import clock
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import ModelCallFailed
 from dayflow_tui.store import StepRecord, open_store
 from dayflow_tui.store.retention import prunable_runs, prune

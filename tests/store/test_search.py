@@ -138,13 +138,13 @@ def test_newest_first_paging_and_limits(store):
 
 
 def test_interrupted_is_a_status_you_can_search_for(store):
-    from dayflow_tui.agent import loop
+    from dayflow_tui.agent import runs
     from dayflow_tui.agent.offline import OfflineClient
 
     with pytest.raises(SystemExit):
-        loop.run_brief(store, run_id="run-crashed-01", model="offline", client=OfflineClient(delay=0),
+        runs.run_brief(store, run_id="run-crashed-01", model="offline", client=OfflineClient(delay=0),
                        crash_after_step=1)
-    loop.run_brief(store, run_id="run-done-0001", model="offline", client=OfflineClient(delay=0))
+    runs.run_brief(store, run_id="run-done-0001", model="offline", client=OfflineClient(delay=0))
     assert {h.run_id for h in find(store, "status:interrupted inbox")} == {"run-crashed-01"}
     assert {h.run_id for h in find(store, "status:done inbox")} == {"run-done-0001"}
     assert find(store, "status:running inbox") == []  # its owner is gone: interrupted, not running

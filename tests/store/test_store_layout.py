@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dayflow_tui import clock
-from dayflow_tui.agent.loop import resume, run_brief
+from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.store import ReplySpooled, open_store, owner_alive, pending_spool
 from dayflow_tui.store.models import Run
 
@@ -161,7 +161,7 @@ def test_the_core_never_imports_textual(tmp_path):
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     assert len(contracts) >= 5 and f"Contracts: {len(contracts)} kept, 0 broken" in result.stdout  # every one ran
     # And at run time: starting and driving a run loads no Textual module.
-    code = ("import sys; from dayflow_tui.store import open_store; from dayflow_tui.agent.loop import run_brief; "
+    code = ("import sys; from dayflow_tui.store import open_store; from dayflow_tui.agent.runs import run_brief; "
             "s = open_store(sys.argv[1]); run_brief(s, model='offline'); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.db")], capture_output=True,

@@ -7,7 +7,8 @@ import json
 import pytest
 from dayflow_tui.tui.widgets.json_view import JsonView
 
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import request
+from dayflow_tui.agent import runs
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX
 from dayflow_tui.tui.app import DayflowApp
 
@@ -23,9 +24,9 @@ def anyio_backend():
 
 
 async def test_next_request_toggle_shows_the_compacted_request_and_both_estimates(store):
-    stopped = loop.run_brief(store, client=LongRunClient(), max_steps=20, compact_at=8_000, run_id="run-compact-01")
+    stopped = runs.run_brief(store, client=LongRunClient(), max_steps=20, compact_at=8_000, run_id="run-compact-01")
     assert stopped.status == "budget"
-    preview = loop.next_request_preview(store, "run-compact-01")
+    preview = request.next_request_preview(store, "run-compact-01")
     assert preview.compacted
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:

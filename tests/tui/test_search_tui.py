@@ -7,7 +7,7 @@ import threading
 import pytest
 from textual.widgets import Collapsible, Input, OptionList
 
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import driver
 from dayflow_tui.store import open_store
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
@@ -172,7 +172,7 @@ async def test_a_bad_query_says_why_and_keeps_the_screen(store):
 def steady(monkeypatch):
     monkeypatch.setenv("DAYFLOW_FAKE_NOW", demo_data.SCREEN_TIME)
     monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
-    monkeypatch.setattr(loop, "time", SteadyTimer())
+    monkeypatch.setattr(driver, "time", SteadyTimer())
 
 
 @pytest.fixture

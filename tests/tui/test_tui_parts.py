@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dayflow_tui.agent.loop import StepEvent
+from dayflow_tui.agent.events import StepEvent
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import STYLE_FILES, DayflowApp, styles_dir
 from dayflow_tui.tui.messages import StepCommitted

@@ -17,7 +17,8 @@ from ..tui_helpers import SIZE, TUI_BIN, GateClient, footer_ready, open_run, scr
 
 from ..conftest import CountingClient, dayflow_cmd
 from dayflow_tui.agent.messages import rebuild_messages
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import request
+from dayflow_tui.agent import runs
 from dayflow_tui.store import effective_status, open_store, owner_alive
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
@@ -191,7 +192,7 @@ async def test_quitting_while_a_run_is_driven_leaves_it_resumable(store):
     assert run.status == "running" and effective_status(run) == "interrupted"
     rebuild_messages(store, run.id)  # consistent: every tool_use has its results
     counting = CountingClient()
-    result = loop.resume(run.id, store=store, client=counting)
+    result = runs.resume(run.id, store=store, client=counting)
     assert result.status == "done" and counting.calls == OFFLINE_STEPS - 2
 
 
@@ -313,7 +314,7 @@ async def test_next_request_shows_exactly_what_the_loop_would_send(store):
         screen = await _open(pilot, "run-crash-001")
         await pilot.press("x")
         await pilot.pause(0.2)
-        preview = loop.next_request_preview(store, "run-crash-001")
+        preview = request.next_request_preview(store, "run-crash-001")
         assert [payload.value for payload in screen.query_one("#request", JsonView).payloads] == preview.messages
         title = str(screen.query_one("#request-title").render())
         assert f"{len(preview.messages)} messages" in title and f"~{preview.est_before:,} tokens" in title

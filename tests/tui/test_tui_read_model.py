@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import runs
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
 from dayflow_tui.views.reader import Reader
@@ -101,7 +101,7 @@ def test_the_run_list_model_builds_snapshots_that_never_change_under_the_reader(
     first = model.reload(RunFilter())
     assert [r.id for r in first.rows] == ["run-done-0001"] and first.total == 1
     assert model.poll(None) is None  # nothing committed since
-    writer = threading.Thread(target=loop.queue_brief, args=(store,))  # another connection, as a worker's
+    writer = threading.Thread(target=runs.queue_brief, args=(store,))  # another connection, as a worker's
     writer.start()
     writer.join()
     second = model.poll(None)

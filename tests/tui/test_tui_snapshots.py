@@ -15,7 +15,8 @@ import pytest
 from textual.widgets import OptionList
 from ..tui_helpers import SIZE, GateClient, SteadyTimer, footer_ready, reads_done, select_loaded, wait_for
 
-from dayflow_tui.agent import loop
+from dayflow_tui.agent import driver
+from dayflow_tui.agent import runs
 from dayflow_tui.store import open_store
 from dayflow_tui.tui import demo_data
 from dayflow_tui.tui.app import DayflowApp
@@ -25,7 +26,7 @@ from dayflow_tui.tui.app import DayflowApp
 def steady_screen(monkeypatch):
     monkeypatch.setenv("DAYFLOW_FAKE_NOW", demo_data.SCREEN_TIME)
     monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
-    monkeypatch.setattr(loop, "time", SteadyTimer())
+    monkeypatch.setattr(driver, "time", SteadyTimer())
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_diff_of_a_run_and_its_fork(snap_compare, tui_store):
     demo_data.done_run(tui_store, "run-done-0001", demo_data.BASE_TIME)
     with demo_data.clock_at(demo_data.BASE_TIME + timedelta(minutes=5)):
         tui_store.fork_run("run-done-0001", ForkPlan(at=2, note="Mention the dentist."), run_id="run-fork-0001")
-        loop.resume("run-fork-0001", store=tui_store, client=OfflineClient(delay=0))
+        runs.resume("run-fork-0001", store=tui_store, client=OfflineClient(delay=0))
 
     async def run_before(pilot):
         from dayflow_tui.tui.screens.time_travel import DiffScreen

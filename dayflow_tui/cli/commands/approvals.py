@@ -96,7 +96,7 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     if args.queue:
         print(f"[queued {run.id}] a `dayflow worker` on this database continues it", file=sys.stderr)
         return 0
-    from ...agent.loop import resume
+    from ...agent.runs import resume
     from ...config.errors import RunBusy
     from ..driving import waiting_out_rate_limits
 

@@ -8,12 +8,12 @@ import sys
 
 from ...config.errors import DayflowError, UsageError
 from ...safe_text import one_line, printable
-from ..driving import driving_options, finish, saved_text, show_step, waiting_out_rate_limits
+from ..driving import driving_options, finish, saved_text, show_step, waiting_out_rate_limits, watch_drives
 from ..opening import open_db
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    from ...agent.loop import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
+    from ...agent.runs import DEFAULT_TASK, DEFAULT_MAX_STEPS, queue_brief, run_brief
 
     store = open_db(args)
     if args.queue:
@@ -33,7 +33,7 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ...agent.loop import queue_brief, run_brief
+    from ...agent.runs import queue_brief, run_brief
     from ...agent.registry import load_agent, resolve_ref
 
     if args.task is not None and not args.task.strip():
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from ...agent.loop import resume
+    from ...agent.runs import resume
     from ...money.cost import format_usd
 
     # A dry run only reads: it never upgrades an older file (nor does anything else to it).
@@ -151,6 +151,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ...config import settings
 
     settings.apply_flags(offline_delay_s=args.delay)
+    watch_drives()  # the runs it drives send their spans live (setting otel_endpoint); work() checks the SDK first
     store = open_db(args)
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
     # says it is ready, not inside its first run.

@@ -60,7 +60,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
           + ("going on now" if args.run else f"continue it with: dayflow resume {fork.id}"), file=sys.stderr)
     if not args.run:
         return 0
-    from ...agent.loop import resume
+    from ...agent.runs import resume
     from ..driving import waiting_out_rate_limits
 
     options = driving_options(args)
@@ -123,7 +123,7 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"task(s) to {printable(args.jsonl)}", file=sys.stderr)
         return 0
     if args.anthropic:
-        from ...agent.loop import replay_request
+        from ...agent.request import replay_request
         from ...store import dumps
         from ...store.transfer import new_file
 
@@ -139,19 +139,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
     from ...config import settings
-    from ...agent import otel
+    from ...otel.export import otlp_json, require_sdk, send_otlp, spans_of, traces_url
+    from ...otel.plan import read_source
 
-    otel.require_sdk("dayflow export --otlp" if args.otlp else "dayflow export --otlp-file")
+    require_sdk("dayflow export --otlp" if args.otlp else "dayflow export --otlp-file")
     if args.otlp:
-        otel.traces_url(args.otlp)  # a bad URL is refused before anything is read
+        traces_url(args.otlp)  # a bad URL is refused before anything is read
     content = settings.current().otel_content if args.content is None else args.content
     sent: list[str] = []
     lines: list[str] = []
     for run_id in run_ids:
-        spans = otel.spans_of(otel.read_source(store, run_id), content=content)
+        spans = spans_of(read_source(store, run_id), content=content)
         if args.otlp:
             try:
-                otel.send_otlp(args.otlp, spans)
+                send_otlp(args.otlp, spans)
             except DayflowError as exc:
                 if sent:
                     raise DayflowError(f"{exc} (already sent: run(s) {printable(', '.join(sent))})") from None
@@ -159,7 +160,7 @@ def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
             sent.append(run_id)
             print(f"sent {len(spans)} span(s) of run {printable(run_id)}", file=sys.stderr)
         else:
-            lines.append(otel.otlp_json(spans))
+            lines.append(otlp_json(spans))
     if args.otlp_file:
         from ...store.transfer import new_file
 

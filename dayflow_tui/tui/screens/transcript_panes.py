@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import OptionList, Static
 
-from ...agent import loop
+from ...agent.request import next_request_preview
 from ...safe_text import one_line, printable
 from ...views.json_rows import request_payloads, step_payloads
 from ..editor import open_in_editor
@@ -71,7 +71,7 @@ class StepPanes(Screen):
         def done(preview, error) -> None:
             self.post_message(RequestBuilt(run_id, preview, error))
 
-        self.app.reader.submit(f"request:{id(self)}", lambda: loop.next_request_preview(store, run_id), done)
+        self.app.reader.submit(f"request:{id(self)}", lambda: next_request_preview(store, run_id), done)
 
     @on(RequestBuilt)
     def _request_built(self, message: RequestBuilt) -> None:

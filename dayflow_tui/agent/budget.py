@@ -1,0 +1,124 @@
+"""A run's limits, checked before every paid call: its steps, its tokens, its dollars.
+
+The driver asks ``limit_reached`` (steps and tokens) and ``dollar_verdict``
+(dollars) before each call; ``check_dollar_budget`` refuses, before anything
+is written, a dollar budget that could never be checked. ``Spend`` is the
+whole run's dollars as the driver goes, and ``previous_call`` what the run's
+last paid call sent (the prediction of the next call's cache state needs it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from ..config.errors import UsageError
+from ..money import estimate, rates
+from ..money.cost import Cost, format_usd
+from ..store import Store, step_blocks
+from .request import prepare_messages
+
+
+@dataclass
+class Spend:
+    """The whole run's dollars as the driver goes: what it found committed, and what it pays."""
+
+    replayed: Cost | None
+    paid: Cost = field(default_factory=Cost)
+    paid_known: bool = True
+    largest_output: int = 0  # the run's largest reply so far (the budget's guess of the next one)
+    previous: estimate.PreviousCall | None = None
+
+    @property
+    def total(self) -> Cost | None:
+        if self.replayed is None or not self.paid_known:
+            return None
+        return self.replayed + self.paid
+
+    def add(self, cost: Cost | None) -> None:
+        if cost is None:
+            self.paid_known = False
+        else:
+            self.paid = self.paid + cost
+
+    @property
+    def paid_or_none(self) -> Cost | None:
+        return self.paid if self.paid_known else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The dollar budget's answer before a call: stop (why), or go with at most ``max_tokens`` of reply."""
+
+    stop: str | None = None
+    max_tokens: int | None = None
+
+
+def limit_reached(run, n: int, spent_in: int, spent_out: int) -> str | None:
+    """Why step ``n`` may not be called (the step limit, the token budget), or None."""
+    if n > run.max_steps:
+        return f"stopped at the step limit ({run.max_steps} step{'' if run.max_steps == 1 else 's'})"
+    if run.budget_tokens is not None and spent_in + spent_out >= run.budget_tokens:
+        return f"token budget reached: {spent_in + spent_out:,} of {run.budget_tokens:,} spent"
+    return None
+
+
+def dollar_verdict(budget: Decimal, spent: Cost | None, call: estimate.NextCall) -> Verdict:
+    """May the run make ``call`` and stay within ``budget`` dollars?
+
+    It stops before the call when what the run has spent plus the call's likely
+    cost (its input under the judged cache state, a reply as long as the run's
+    longest) would pass the budget. A call that may go ahead gets a reply cap
+    (``max_tokens``) that its cost cannot pass the budget under, whatever the
+    reply, pricing the input as if the cache were cold: the run never makes a
+    call that could take it past the budget.
+    """
+    if spent is None or call.prices is None:
+        return Verdict(stop=f"dollar budget cannot be checked: no price for model {call.model[:80]!r} "
+                       f'(add [prices."{call.model[:80]}"] to the settings file)')
+    likely = call.likely_cost
+    assert likely is not None
+    shown = (f"spent {format_usd(spent.total)} of {format_usd(budget)}; the next call "
+             f"({call.input_tokens:,} input tokens, cache {'warm' if call.warm else 'cold'})")
+    if spent.total + likely.total > budget:
+        return Verdict(stop=f"dollar budget reached: {shown} would cost about "
+                       f"{format_usd(likely.total)}")
+    cold_input = call.cost(warm=False, output_tokens=0)
+    rate = call.output_rate()
+    assert cold_input is not None and rate is not None
+    room = budget - spent.total - cold_input.total
+    cap = call.max_output_tokens if rate == 0 else min(int(room / rate), call.max_output_tokens)
+    if cap < call.expected_output_tokens:
+        return Verdict(stop=f"dollar budget reached: {shown} leaves room for {max(cap, 0):,} reply tokens "
+                       f"if the cache is cold, fewer than the {call.expected_output_tokens:,} expected")
+    return Verdict(max_tokens=cap if cap < call.max_output_tokens else None)
+
+
+def check_dollar_budget(model: str, budget_usd: Decimal | None) -> None:
+    """A dollar budget on a model without a price could never be checked: refused before anything is written."""
+    if budget_usd is not None and rates.lookup(model) is None:
+        raise UsageError(f"--budget-usd: no price is known for model {model[:80]!r}, so a dollar budget cannot be "
+                         f'checked (add [prices."{model[:80]}"] with input and output to the settings file)')
+
+
+def previous_call(store: Store, run, history: list[dict]) -> estimate.PreviousCall | None:
+    """The run's last paid call as the prediction needs it: what it sent, its tokens, when.
+
+    ``history`` is the message list rebuilt from every step; the last call sent
+    what preceded its own reply, compacted as the run's setting compacts it.
+    """
+    step = store.step_at(run.id, run.step_count) if run.step_count else None
+    if step is None:
+        return None
+    replies = [i for i, message in enumerate(history) if message.get("role") == "assistant"]
+    # The history holds the last reply unless it has no content or its tools have not run yet.
+    assistant = step_blocks(step, "assistant") or []
+    pending = step.tool_results is None and any(b.get("type") == "tool_use" for b in assistant)
+    held = bool(assistant) and not pending and bool(replies)
+    sent = prepare_messages(history[:replies[-1]] if held else history, run.compact_at)
+    try:
+        at = datetime.fromisoformat(step.created_at.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        at = None
+    return estimate.PreviousCall(sent.messages, sent.est_after, step.input_tokens, step.output_tokens, at)

@@ -1,0 +1,253 @@
+"""The driver: one leased run, step after step, call -> commit -> tools. Knows nothing of any UI.
+
+Each model response is committed the moment it arrives (before its tools
+run), and its tool results are committed before the next paid call. Before
+each call it asks ``budget`` whether the run may make it; the request and the
+call are ``request``'s. Claiming, releasing and the run's defaults are
+``runs.py``'s; front ends watch through the ``on_step`` callback.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .. import clock
+from ..config.errors import ModelCallFailed, RateLimited, RunBusy
+from ..money import estimate
+from ..money.cost import Cost, Usage, price_call
+from ..redaction import redact_and_cut
+from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
+from ..testhook import pause_point
+from . import backpressure, request
+from .approvals import answer_calls, needs_a_person
+from .budget import Spend, dollar_verdict, limit_reached
+from .define import Agent
+from .events import ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult, StepEvent
+from .journal import answer_call, call_id, kept_rows
+from .messages import add_assistant_turn
+from .registry import agent_for_run
+from .replies import BadReply, normalise, storable_raw, storable_text
+from .request import RequestPreview, build_request, call_model, prepare_messages
+from .tools import ToolContext, cut_off_results
+
+# (status, final text, error) of a response that ends the run.
+Final = tuple[str, "str | None", "str | None"]
+
+
+class Driver:
+    """Drives one leased run from ``start_step`` until it ends, stops or crashes."""
+
+    def __init__(self, store: Store, run_id: str, lease: Lease, *, client: Any = None,
+                 on_step: OnStep | None = None, crash_after_step: int | None = None,
+                 should_stop: Callable[[], bool] | None = None, agent: Agent | None = None):
+        self.store = store
+        self.run = store.get_run(run_id)
+        self.lease = lease
+        # A worker loads the run's agent here; a changed or missing agent fails the attempt (never silently).
+        self.agent = agent if agent is not None else agent_for_run(self.run)[0]
+        self.client = client
+        self.on_step = on_step
+        self.crash_after_step = crash_after_step
+        self.should_stop = should_stop
+        self.calls = 0
+        self.cut_off_call = False  # the next call gets RETRY_MAX_TOKENS (a reply cut off inside a tool call)
+        self.retried_cut_off = False
+        self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
+        self.spend = Spend(replayed=Cost())
+
+    def emit(self, event: StepEvent) -> None:
+        if self.on_step is not None:
+            self.on_step(event)
+
+    def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
+                          stop_reason: str | None) -> list[dict]:
+        # A response cut off at max_tokens may hold half-written calls: answer them, run none.
+        # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
+        if stop_reason == "max_tokens":
+            results = cut_off_results(assistant)
+        elif needs_a_person(self.run, assistant, self.agent):
+            results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
+        else:
+            results = self.journaled_calls(n, assistant)
+        self.store.set_tool_results(self.run.id, n, results, lease=self.lease)
+        self.emit(StepEvent(self.run.id, n, "tools", stop_reason, assistant, results, 0, 0, *spent))
+        return results
+
+    def journaled_calls(self, n: int, assistant: list[dict]) -> list[dict]:
+        """Run step ``n``'s calls one by one, each result committed as it completes (the per-call journal).
+
+        After a crash only the calls with no kept result run again: the history
+        ends up as a run that never stopped would have it. A plain tool (a side
+        effect that must not happen twice) is marked started before it runs;
+        started with no result, it is not run again but answered "outcome
+        unknown", so the model decides.
+        """
+        kept = kept_rows(self.store, self.run.id, n)
+        return [answer_call(self.store, self.ctx, self.lease, n, block, kept.get(call_id(block)))
+                for block in assistant if block.get("type") == "tool_use"]
+
+    def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
+              replayed: int) -> RunResult:
+        """Run steps from ``start_step``; ``spent_*`` carry the whole run's tokens for the budget guard."""
+        run, n = self.run, start_step
+        while True:
+            if self.should_stop is not None and self.should_stop():
+                return self.result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
+            if self.lease.lost:
+                raise RunBusy(f"run {run.id} was taken over by another process")
+            limit = limit_reached(run, n, spent_in, spent_out)
+            if limit is not None:
+                return self._stop("budget", limit, n - 1, spent_in, spent_out, replayed)
+            prepared = prepare_messages(messages, run.compact_at)
+            body = build_request(run.model, prepared.messages, self.agent)
+            if self.cut_off_call:
+                # The last reply was cut off inside a tool call: this call gets room to finish one (once).
+                body["max_tokens"] = RETRY_MAX_TOKENS
+                self.cut_off_call = False
+            reply_cap: int | None = None
+            if run.budget_usd is not None:
+                call = estimate.predict(body, self.spend.previous, expected_output_tokens=estimate.expected_output(
+                    self.spend.largest_output, MAX_TOKENS))
+                verdict = dollar_verdict(run.budget_usd, self.spend.total, call)
+                if verdict.stop:
+                    return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
+                if verdict.max_tokens is not None:
+                    reply_cap = body["max_tokens"] = verdict.max_tokens
+            if self.client is None:
+                self.client = request.make_client(run.model)
+            know = getattr(self.client, "know_agent", None)
+            if know is not None:
+                know(self.agent)
+            # The commit of the reply we are about to buy must land in the file the user will look at.
+            self.store.verify_same_database()
+            started = time.monotonic()
+            self.calls += 1
+            pause_point("api")
+            try:
+                raw = call_model(self.client, body)
+            except RateLimited as exc:
+                exc.run_id = run.id
+                self._release_backing_off(exc)
+                raise
+            except ModelCallFailed as exc:
+                self.store.finish_run(run.id, RunStatus.FAILED, error=str(exc), lease=self.lease)
+                raise
+            duration_ms = int((time.monotonic() - started) * 1000)
+            step, final = self._step_of(raw, n, prepared, duration_ms)
+            tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
+            spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
+            cost = price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
+                                                             step.cache_read_input_tokens, tokens_out))
+            self.spend.add(cost)
+            self.spend.largest_output = max(self.spend.largest_output, tokens_out)
+            self.spend.previous = estimate.PreviousCall(prepared.messages, prepared.est_after, tokens_in, tokens_out,
+                                                        clock.now())
+            if final is not None and reply_cap is not None and step.stop_reason == "max_tokens":
+                final = ("budget", final[1], f"dollar budget reached: the reply used all {reply_cap:,} tokens "
+                         "the budget left room for")
+            if final is not None:
+                status, text, error = final
+                self._commit(step, final)
+                self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in,
+                                    tokens_out, spent_in, spent_out, step.request_est_tokens,
+                                    step.compacted_est_tokens, cost, self.spend.total))
+                return self.result(status, text, n, spent_in, spent_out, replayed, error)
+            # Commit the paid turn before any tool runs: a crash from here on loses no call.
+            self._commit(step, None)
+            add_assistant_turn(messages, blocks)
+            self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
+                                spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,
+                                self.spend.total))
+            if step.tool_uses and step.stop_reason == "max_tokens" and not self.retried_cut_off:
+                self.cut_off_call = self.retried_cut_off = True
+            if step.tool_uses:
+                results = self.run_pending_tools(n, blocks, (spent_in, spent_out), step.stop_reason)
+                messages.append({"role": "user", "content": results})
+            if self.crash_after_step == n:
+                raise SystemExit(f"simulated crash after step {n}")
+            n += 1
+
+    def _release_backing_off(self, exc: RateLimited) -> None:
+        """Queue the run again until the API's wait has passed, this attempt not counted (never ``failed``).
+
+        If the database will not take it, the lease is released as after any attempt (``runs``' claim-and-drive):
+        the run is then taken at once, with the attempt counted.
+        """
+        why = f"{backpressure.reason(exc.status, exc.wait_s)}: {exc}"
+        try:
+            self.store.release_backing_off(self.lease, redact_and_cut(why, 300), wait_s=exc.wait_s)
+        except Exception:
+            pass
+
+    def _step_of(self, raw: str, n: int, prepared: RequestPreview,
+                 duration_ms: int) -> tuple[StepRecord, Final | None]:
+        """The step a paid reply becomes, and how it ends the run (None: the run goes on).
+
+        Nothing here may fail the reply: a body that cannot be used becomes a
+        step with no content (kept with its body for ``dayflow show --raw``)
+        that ends the run ``failed`` with the reason, so it is bought once.
+        """
+        common = dict(n=n, duration_ms=duration_ms, request_est_tokens=prepared.est_before,
+                      compacted_est_tokens=prepared.est_after if prepared.compacted else None)
+        try:
+            reply = normalise(raw)
+        except BadReply as exc:
+            step = StepRecord(stop_reason=None, assistant=[], model=self.run.model, raw=storable_raw(raw), **common)
+            return step, (RunStatus.FAILED.value, None,
+                          storable_text(redact_and_cut(f"the API sent a reply that cannot be used: {exc}", 400)))
+        tokens_in, tokens_out, cache_write, cache_read = reply.usage
+        step = StepRecord(stop_reason=reply.stop_reason, assistant=reply.blocks, input_tokens=tokens_in,
+                          output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
+                          cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
+                          raw=storable_raw(raw, dumps(reply.blocks)), **common)
+        final = final_state(step, self.run.id)
+        if final is not None:
+            status, text, error = final
+            final = (status, storable_text(text), storable_text(error))
+        return step, final
+
+    def _commit(self, step: StepRecord, final: Final | None) -> None:
+        """Commit a paid reply; if the database will not take it, keep it in this host's spool and stop."""
+        status, text, error = final or (None, None, None)
+        try:
+            self.store.append_step(self.run.id, step, lease=self.lease, final_status=status, final_text=text,
+                                   final_error=error)
+        except RunBusy:
+            raise
+        except Exception as exc:
+            reason = redact_and_cut(f"{type(exc).__name__}: {exc}", 300)
+            path = spool_reply(self.store, self.run.id, step, final, reason)
+            raise ReplySpooled(f"run {self.run.id} step {step.n}: the paid reply could not be stored ({reason}); "
+                               f"it is safe in {path}, and `dayflow resume {self.run.id}` (or a worker) on this "
+                               "host stores it without paying again") from exc
+
+    def _stop(self, status: str, error: str, steps: int, spent_in: int, spent_out: int,
+              replayed: int) -> RunResult:
+        self.store.finish_run(self.run.id, status, error=error, lease=self.lease)
+        return self.result(status, None, steps, spent_in, spent_out, replayed, error)
+
+    def result(self, status: str, text: str | None, steps: int, spent_in: int, spent_out: int,
+               replayed: int, error: str | None = None) -> RunResult:
+        return RunResult(self.run.id, status, text, steps, spent_in, spent_out, self.calls, replayed, error,
+                         cost=self.spend.total, paid=self.spend.paid_or_none, replayed_cost=self.spend.replayed)
+
+
+def final_state(step: StepRecord, run_id: str) -> Final | None:
+    """(status, final text, error) when this response ends the run, else None."""
+    text = _text_of(step.assistant) or None
+    if step.stop_reason in ENDS_BEFORE_TOOLS:
+        # Ends the run before any tool runs, whatever calls the reply holds: a refusal, or a reply cut off
+        # because the conversation filled the model's context window (its calls may be half written).
+        return "failed", text, ENDS_BEFORE_TOOLS[step.stop_reason](run_id, step.n)
+    if step.tool_uses or step.stop_reason == "pause_turn":
+        return None  # tools to run, or a server-side turn to continue
+    if step.stop_reason in ("end_turn", "stop_sequence"):
+        return "done", text, None
+    if step.stop_reason == "max_tokens":
+        return "failed", text, f"the response was cut off at max_tokens ({MAX_TOKENS})"
+    return "failed", text, f"unexpected stop_reason {str(step.stop_reason)[:60]!r}"
+
+
+def _text_of(blocks: list[dict]) -> str:
+    return "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip()

@@ -1,0 +1,162 @@
+"""What a call sends, and the call itself: the client, the request body, the message list, one paid call.
+
+The driver (``driver.py``) asks this module for a request and sends it with
+``call_model``; the dashboard's request pane (``next_request_preview``),
+``dayflow export --anthropic`` (``replay_request``) and a resume's price
+(``resume_request``) build theirs here too, so every one of them is the
+request the run would really send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import settings
+from ..config.errors import DayflowError, ModelCallFailed, RateLimited
+from ..config.settings import OFFLINE_MODEL
+from ..money.tokens import estimate_tokens
+from ..redaction import redact_and_cut
+from ..store import Store
+from . import backpressure, brief, sdk_client
+from .compaction import compact
+from .define import Agent
+from .events import MAX_TOKENS
+from .messages import rebuild_messages
+from .registry import load_agent
+from .replies import body_text, mend_surrogates
+
+
+@dataclass
+class RequestPreview:
+    """The messages the next call sends, with their estimated size before and after compaction."""
+
+    messages: list[dict]
+    est_before: int
+    est_after: int
+
+    @property
+    def compacted(self) -> bool:
+        return self.est_after != self.est_before
+
+
+def prepare_messages(history: list[dict], compact_at: int | None) -> RequestPreview:
+    """What goes over the wire for ``history``: the full history, or a compacted view of it.
+
+    The database always keeps every step in full; compaction (when
+    ``compact_at`` is set) only shapes the request.
+    """
+    before = estimate_tokens(history)
+    if not compact_at:
+        return RequestPreview(history, before, before)
+    messages = compact(history, threshold_tokens=compact_at)
+    return RequestPreview(messages, before, before if messages is history else estimate_tokens(messages))
+
+
+def next_request_preview(store: Store, run_id: str) -> RequestPreview:
+    """Exactly the message list the run's next call would send (for the dashboard)."""
+    run = store.get_run(run_id)
+    return prepare_messages(rebuild_messages(store, run.id), run.compact_at)
+
+
+def replay_request(store: Store, run_id: str) -> dict:
+    """The run's whole message list as a Messages API request body (``dayflow export --anthropic``).
+
+    Every committed turn as stored, uncompacted, with the system prompt and
+    tools Dayflow sends: POST it to /v1/messages to replay the run anywhere.
+    """
+    run = store.get_run(run_id)
+    return build_request(run.model, rebuild_messages(store, run.id), load_agent(run.agent_ref))
+
+
+def build_request(model: str, messages: list[dict], agent: Agent | None = None) -> dict:
+    """The Messages API request for ``messages``, with ``agent``'s system prompt and tools (default: the brief).
+
+    Top-level ``cache_control`` asks for automatic prompt caching: the
+    history is re-sent byte for byte as stored, so each step (and a resume
+    within the cache lifetime) re-reads it at the cache price.
+    """
+    agent = agent or brief.AGENT
+    return {"model": model, "max_tokens": MAX_TOKENS, "system": agent.system, "tools": agent.schemas,
+            "messages": messages, "cache_control": {"type": "ephemeral"}}
+
+
+def make_client(model: str) -> Any:
+    """The client for ``model``. Imports ``anthropic`` only here: commands that call no model stay fast."""
+    if model == OFFLINE_MODEL:
+        from .offline import OfflineClient  # the offline model's code: loaded only by runs that use it
+
+        return OfflineClient()
+    if not settings.current().has_api_key:
+        raise DayflowError(f"model {model[:80]!r} needs ANTHROPIC_API_KEY in the environment (export it and "
+                           f"run the command again, or start an offline run: dayflow brief --model {OFFLINE_MODEL})")
+    # The key is read from the environment by the SDK and never stored by us;
+    # ANTHROPIC_BASE_URL is honoured by the SDK too.
+    return sdk_client.build(_sdk_options())
+
+
+def start_client_in_background(model: str) -> None:
+    """A real model's client, imported and built in a thread while the caller reads the history.
+
+    Anything wrong (no key, a bad option) is left for ``make_client`` to report where it always has.
+    """
+    if model == OFFLINE_MODEL or not settings.current().has_api_key:
+        return
+    try:
+        sdk_client.start(_sdk_options())
+    except DayflowError:
+        pass
+
+
+def _sdk_options() -> dict:
+    """The SDK's own retries and timeout (settings ``api_max_retries``, ``api_timeout_s``; checked when read)."""
+    current = settings.current()
+    options: dict[str, Any] = {}
+    if current.api_max_retries is not None:
+        options["max_retries"] = current.api_max_retries
+    if current.api_timeout_s is not None:
+        options["timeout"] = current.api_timeout_s
+    return options
+
+
+def wire_blocks(response: Any) -> list[dict]:
+    """The response's content blocks as plain JSON, exactly the fields the API sent.
+
+    ``to_dict`` leaves out fields the API did not set (``model_dump`` would
+    add ``caller: null`` and friends, which the API rejects when re-sent);
+    thinking and redacted_thinking blocks keep their signatures and data.
+    """
+    blocks = [block.to_dict(mode="json") if hasattr(block, "to_dict") else dict(block)
+              for block in (getattr(response, "content", None) or [])]
+    return mend_surrogates(blocks)
+
+
+def call_model(client: Any, request: dict) -> str:
+    """One paid call; returns the reply body as received (the SDK's raw HTTP body where it has one)."""
+    try:
+        raw_api = getattr(client.messages, "with_raw_response", None)
+        response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
+        text = body_text(response)
+    except Exception as exc:
+        status = getattr(exc, "status_code", None)
+        if backpressure.is_back_pressure(status):
+            # 429 / 529 after the SDK's retries: the run waits and goes on, it has not failed.
+            raise RateLimited(_describe_api_error(exc), status=status,
+                              wait_s=backpressure.next_wait(backpressure.retry_after_s(exc))) from exc
+        raise ModelCallFailed(_describe_api_error(exc)) from exc
+    backpressure.call_went_through()
+    return text
+
+
+def _describe_api_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    detail = ""
+    if isinstance(body, dict):
+        err = body.get("error") if isinstance(body.get("error"), dict) else body
+        detail = str(err.get("message") or "")
+    detail = detail or str(exc)
+    prefix = f"model API error {status} ({name})" if status else f"model API error ({name})"
+    # Redacted before it is cut: a key straddling the cut must not survive in part.
+    return redact_and_cut(f"{prefix}: {' '.join(detail.split())}", 300 + len(prefix) + 2)
