@@ -38,7 +38,6 @@ def _first_call_seconds(argv: list[str], log: Path) -> float:
 
 def build_fixtures(tmp: Path) -> dict:
     """Pristine databases: an empty one for fresh starts and one per resume length."""
-    from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
     fixtures = {}
@@ -94,7 +93,6 @@ def work_before_first_call(fixtures: dict, tmp: Path, rounds: int) -> dict:
     """In process, imports done: ``runs.resume`` (or ``run_brief``) to the first model call."""
     from dayflow_tui.agent import runs
     from dayflow_tui.config.errors import ModelCallFailed
-    from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
     timings: dict = {key: [] for key in fixtures}
@@ -137,6 +135,7 @@ class RawRebuild:
 
 
 def rebuild(fixtures: dict, rounds: int) -> tuple[list[float], list[float]]:
+    from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
     path, run_id = fixtures[1_000]

@@ -20,12 +20,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench.common import Row, agent_step, build_run, db_bytes, interleaved, median, ms, quiet_env, size, workdir
+from bench.common import Row, build_run, db_bytes, interleaved, median, ms, quiet_env, size, workdir
 
 WRITER = r"""
 import json, sys, time

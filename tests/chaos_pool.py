@@ -173,7 +173,7 @@ class ChaosPool:
 
     def __init__(self, *, backend: str, worker_db: str, check_db: str, workdir: Path, disturber,
                  seed: int, runs: int, workers: int, kills: int, offline_delay: float = 0.3,
-                 deadline_s: float = 300.0):
+                 deadline_s: float = 300.0, worker_env: dict[str, str] | None = None):
         self.backend = backend
         self.worker_db = worker_db
         self.check_db = check_db
@@ -182,6 +182,7 @@ class ChaosPool:
         self.rng = random.Random(seed)
         self.plan = dict(runs=runs, workers=workers, kills=kills)
         self.offline_delay = offline_delay
+        self.worker_env = dict(worker_env or {})  # settings for the workers (DAYFLOW_SQLITE_BUSY_TIMEOUT, say)
         self.deadline_s = deadline_s
         self.call_log = workdir / "calls.log"
         self.report = ChaosReport(backend, seed, runs=runs)
@@ -196,6 +197,7 @@ class ChaosPool:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("ANTHROPIC_", "DAYFLOW_")) and k != "PYTEST_CURRENT_TEST"}
         env.update(DAYFLOW_OFFLINE_DELAY=str(self.offline_delay), DAYFLOW_CALL_LOG=str(self.call_log))
+        env.update(self.worker_env)
         return env
 
     def _start_worker(self) -> subprocess.Popen:

@@ -28,7 +28,7 @@ BIN = Path(sys.executable).parent
 # short commands. Left out: the dashboard, tests that kill or race many processes, and ``slow`` ones.
 QUICK_MODULES = {"test_store", "test_loop", "test_backends", "test_faults", "test_compaction", "test_cli",
                  "test_offline_message", "test_safe_text", "test_hostile_replies", "test_sdk_loopback",
-                 "test_storage_size", "test_sdk_client", "test_startup_imports"}
+                 "test_storage_size", "test_sdk_client", "test_startup_imports", "test_bench_items"}
 
 
 def pytest_collection_modifyitems(config, items):

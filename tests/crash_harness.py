@@ -323,18 +323,24 @@ class Trial:
         """A lower bound on how long the rest of the run takes: its sleeps alone."""
         return work["api"] * self.delay + work["commit"] * self.commit_pause + work["tools"] * self.tools_pause
 
-    def plan_kill(self, work: dict[str, int]) -> tuple[str, int, float]:
-        """(phase to aim at, which occurrence of it, seconds into it); phase "anywhere" means from the first marker."""
+    # The brief's kill of trial i aims at AIMS[i % 4], so a few trials already hit every phase; later kills
+    # (a resume's) aim at random.
+    AIMS = ("api", "tools", "commit", "anywhere")
+
+    def plan_kill(self, work: dict[str, int], aim: str | None = None) -> tuple[str, int, float]:
+        """(phase to aim at, which occurrence of it, seconds into it); phase "anywhere" means from the first marker.
+
+        ``aim``: the phase wanted, when it is still to come (else one is drawn)."""
         windows = {"api": self.delay, "commit": self.commit_pause, "tools": self.tools_pause}
         targets = [p for p in windows if work[p] > 0 and windows[p] > 0] + ["anywhere"]
-        target = self.rng.choice(targets)
+        target = aim if aim in targets else self.rng.choice(targets)
         if target == "anywhere":
             return target, 1, self.rng.uniform(0, 0.95 * self.min_remaining_s(work))
         return target, self.rng.randint(1, work[target]), self.rng.uniform(0, 0.9 * windows[target])
 
     def aim_and_kill(self, proc: subprocess.Popen, record: ProcessRecord, state: DbState | None,
-                     trace_before: int) -> None:
-        target, nth, seconds = self.plan_kill(self.remaining_work(state))
+                     trace_before: int, aim: str | None = None) -> None:
+        target, nth, seconds = self.plan_kill(self.remaining_work(state), aim)
 
         def reached() -> bool:
             new = self.trace_lines()[trace_before:]
@@ -361,7 +367,7 @@ class Trial:
     def _run(self) -> None:
         # 1. brief, killed at a seeded moment once it is working (a phase it aims at, or anywhere).
         proc, record = self.start("brief", "brief", "-v", *self.model_args())
-        self.aim_and_kill(proc, record, None, 0)
+        self.aim_and_kill(proc, record, None, 0, aim=self.AIMS[self.index % len(self.AIMS)])
         if self.result.run_id is None:
             self.result.problems.append(f"the brief left no run: {self.output(record, 'err')[-300:]}")
             return

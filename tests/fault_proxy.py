@@ -12,6 +12,8 @@ upstream server until the test injects a fault:
 - ``refuse(seconds)``: the listening socket is closed for that long, so new
   connections are refused (a server that is down or restarting) while the
   existing ones go on; ``outage(seconds)`` is a cut plus a refusal;
+  ``end_faults()`` ends a stall or an outage early (a test need not wait out a
+  fault once what it checks has happened);
 - ``arm(sql, ...)``: a fault at a chosen moment, when a client executes a
   statement whose SQL contains ``sql`` (several pieces match in order on one
   connection, e.g. a step's ``INSERT INTO "steps"`` then its ``COMMIT``). The
@@ -252,6 +254,18 @@ class FaultProxy:
         def end() -> None:
             self._stalled_until = 0.0
         self._call(end)
+
+    def end_faults(self) -> None:
+        """End a stall and an outage now: bytes flow, and new connections are taken again."""
+        def end() -> None:
+            self._stalled_until = 0.0
+            self._refuse_until = 0.0
+        self._call(end)
+
+    @property
+    def refusing(self) -> bool:
+        """New connections are refused right now (an outage or ``refuse`` is on)."""
+        return time.monotonic() < self._refuse_until
 
     def arm(self, *patterns: str, action: str = "cut", deliver: bool = False, scope: str = "link",
             seconds: float = 0.0, times: int = 1, every: int = 1) -> Trigger:

@@ -54,6 +54,9 @@ class Settings:
     hostname: str = field(default_factory=socket.gethostname)
     # How long the commit of a paid reply keeps trying before the reply goes to the spool file.
     commit_retry_s: float = 120.0
+    # How long a SQLite connection waits for another writer's lock before its statement fails (and the
+    # store's retries take over).
+    sqlite_busy_timeout_s: float = 10.0
     # Attempts in a row that may end without a new step before a run is set failed, and the first
     # wait between them (doubling each time): no run is ever retried in a loop.
     max_attempts: int = 3
@@ -176,6 +179,8 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                         "a number of seconds"),
     "hostname": ("DAYFLOW_HOSTNAME", values.text, "a host name"),
     "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", values.seconds, "a number of seconds"),
+    "sqlite_busy_timeout_s": ("DAYFLOW_SQLITE_BUSY_TIMEOUT", lambda raw: values.seconds(raw, most=values.DAY_S),
+                              "a number of seconds, at most a day"),
     "max_attempts": ("DAYFLOW_MAX_ATTEMPTS", lambda raw: max(1, values.whole(raw, most=1_000_000)), "a number of attempts"),
     "retry_backoff_s": ("DAYFLOW_RETRY_BACKOFF", values.seconds, "a number of seconds"),
     "rate_limit_wait_s": ("DAYFLOW_RATE_LIMIT_WAIT", values.seconds, "a number of seconds (0: do not wait)"),

@@ -250,19 +250,28 @@ def test_a_fork_with_a_copied_waiting_call_waits_again(db_path, tmp_path):
     assert "bell start" not in ledger(book)
 
 
-@pytest.mark.parametrize("given", ["", "   ", "abc", "zz" * 8])
-def test_an_empty_short_or_non_hex_hash_is_a_usage_error(db_path, tmp_path, given):
-    db = str(db_path)
-    ref = write_agent(tmp_path / "office.py")
+@pytest.fixture(scope="module")
+def waiting_run(tmp_path_factory):
+    """One run waiting on its bell, shared by the hash tests (each refused approve must leave it as it was):
+    (database file, run id, environment, the loopback API)."""
+    folder = tmp_path_factory.mktemp("waiting")
+    db_path = folder / "dayflow.db"
+    ref = write_agent(folder / "office.py")
     with bell_then_end() as api:
-        env = cli_env(**api.env(), LEDGER=str(tmp_path / "ledger"))
-        assert dayflow("run", ref, "--model", MODEL, db=db, env=env).returncode == 0
-        run_id = only_run(db, env)["id"]
-        before = fingerprint(db_path)
-        refused = dayflow("approve", run_id, "--hash", given, db=db, env=env)
-        assert refused.returncode == 64
-        assert_one_error_line(refused, "--hash")
-        assert fingerprint(db_path) == before and api.calls == 1
+        env = cli_env(**api.env(), LEDGER=str(folder / "ledger"), XDG_DATA_HOME=str(folder / "xdg"),
+                      XDG_STATE_HOME=str(folder / "xdg-state"), XDG_CONFIG_HOME=str(folder / "xdg-config"))
+        assert dayflow("run", ref, "--model", MODEL, db=str(db_path), env=env).returncode == 0
+        yield db_path, only_run(str(db_path), env)["id"], env, api
+
+
+@pytest.mark.parametrize("given", ["", "   ", "abc", "zz" * 8])
+def test_an_empty_short_or_non_hex_hash_is_a_usage_error(waiting_run, given):
+    db_path, run_id, env, api = waiting_run
+    before = fingerprint(db_path)
+    refused = dayflow("approve", run_id, "--hash", given, db=str(db_path), env=env)
+    assert refused.returncode == 64
+    assert_one_error_line(refused, "--hash")
+    assert fingerprint(db_path) == before and api.calls == 1
 
 
 def test_a_poison_tool_runs_max_attempts_times_in_all(db_path, tmp_path):

@@ -152,6 +152,20 @@ def test_an_outage_cuts_and_refuses():
         sock.close()
 
 
+def test_an_outage_and_a_stall_can_be_ended_early():
+    with _Echo() as echo, FaultProxy(echo.server_address) as proxy:
+        proxy.outage(60.0)
+        assert proxy.refusing
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(proxy.address, timeout=5)
+        proxy.stall(60.0)
+        proxy.end_faults()
+        assert not proxy.refusing and not proxy.stalled
+        assert _wait(lambda: _connects(proxy), timeout=10)  # long before the 60 s were up
+        with _client(proxy) as sock:
+            assert _echoed(sock, b"flowing") == b"flowing"
+
+
 def _connects(proxy: FaultProxy) -> bool:
     try:
         socket.create_connection(proxy.address, timeout=5).close()

@@ -24,7 +24,6 @@ from dayflow_tui.agent.define import Agent, tool
 from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import StoreError
 from dayflow_tui.store import open_store
-from dayflow_tui.store.dialect import SqliteDialect
 
 from ..crash_harness import expected_task_keys, read_db
 from ..reliability_helpers import call_count, cli_env, dayflow, text
@@ -151,7 +150,7 @@ def faulty_store(backend, db_target, monkeypatch):
     """The test's store, with short waits: SQLite's busy timeout and every store call's retry window
     (the fault is held far longer than both), PostgreSQL's statement_timeout for each session."""
     if backend == "sqlite":
-        monkeypatch.setitem(SqliteDialect.PRAGMAS, "busy_timeout", 200)
+        monkeypatch.setenv("DAYFLOW_SQLITE_BUSY_TIMEOUT", "0.2")
         opened = open_store(db_target)
     else:
         opened = open_store(with_session_settings(db_target, statement_timeout=STATEMENT_TIMEOUT_MS))

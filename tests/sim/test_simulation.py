@@ -10,7 +10,7 @@ docs/reliability.md ("The simulation") lists every fault and property.
 
 First the plans shrunk from failures it found (``known_plans.py``) are
 replayed; then random examples. Budget: by default each backend runs for
-``DAYFLOW_SIM_BUDGET_S`` seconds (25, the known plans included, at least one
+``DAYFLOW_SIM_BUDGET_S`` seconds (10, the known plans included, at least one
 random example); ``DAYFLOW_SIM_EXAMPLES=N`` runs exactly N random examples
 per backend instead; ``DAYFLOW_SIM_KNOWN=0`` leaves out the known plans.
 ``DAYFLOW_SIM_SEED`` fixes the base seed (printed on every run),
@@ -96,7 +96,7 @@ def _record(report: str, backend: str, index: int, plan: Plan, outcome) -> None:
 def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
     base_seed = os.environ.get("DAYFLOW_SIM_SEED") or str(random.randrange(10**6))
     examples = _int_env("DAYFLOW_SIM_EXAMPLES")
-    budget_s = float(os.environ.get("DAYFLOW_SIM_BUDGET_S") or 25)
+    budget_s = float(os.environ.get("DAYFLOW_SIM_BUDGET_S") or 10)
     only = _int_env("DAYFLOW_SIM_ONLY")
     shrink_s = float(os.environ.get("DAYFLOW_SIM_SHRINK_S") or 60)
     report = os.environ.get("DAYFLOW_SIM_REPORT")

@@ -36,9 +36,23 @@ def test_new_database_is_owner_only_with_the_durability_pragmas(db_path):
     assert pragma("journal_mode") == "wal"
     assert pragma("synchronous") == 2  # FULL
     assert pragma("foreign_keys") == 1
-    assert pragma("busy_timeout") >= 5000
+    assert pragma("busy_timeout") == 10_000  # the sqlite_busy_timeout_s setting's default
     assert pragma("user_version") == SCHEMA_VERSION
     store.close()
+
+
+def test_the_busy_timeout_is_the_sqlite_busy_timeout_setting_and_a_bad_one_is_one_line(db_path, monkeypatch):
+    from ..reliability_helpers import assert_one_error_line, cli_env, dayflow
+
+    monkeypatch.setenv("DAYFLOW_SQLITE_BUSY_TIMEOUT", "2.5")
+    store = open_store(db_path)
+    assert store.db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 2500
+    store.db.close()  # a reconnect (as the store's retries do) keeps it
+    assert store.db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 2500
+    store.close()
+    refused = dayflow("runs", db=db_path, env=cli_env(DAYFLOW_SQLITE_BUSY_TIMEOUT="soon"))
+    assert refused.returncode == 64
+    assert_one_error_line(refused, "DAYFLOW_SQLITE_BUSY_TIMEOUT", "seconds")
 
 
 def test_steps_table_has_the_designed_columns(store):

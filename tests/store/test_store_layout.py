@@ -44,8 +44,9 @@ def test_a_reply_the_database_will_not_take_waits_in_the_spool_and_is_never_boug
     state = tmp_path / "state"
     monkeypatch.setenv("DAYFLOW_STATE_DIR", str(state))
     monkeypatch.setenv("DAYFLOW_COMMIT_RETRY_S", "0.5")  # the commit gives up long before the lock goes
+    # A short busy timeout on every connection (a reconnect's too, and the heartbeat's): the lock outlasts it.
+    monkeypatch.setenv("DAYFLOW_SQLITE_BUSY_TIMEOUT", "0.1")
     store = open_store(db_path)
-    store.db.execute_sql("PRAGMA busy_timeout = 100")
     holders: list[subprocess.Popen] = []
 
     def lock_during_call(n: int) -> None:

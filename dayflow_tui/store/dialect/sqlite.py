@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import peewee
 from peewee import SqliteDatabase
 
+from ...config import settings
 from ...config.errors import StoreError
 from ...search.query import Query, Term
 from ...search.text import COLUMNS, words
@@ -56,7 +57,7 @@ class SqliteDialect(Dialect):
         "journal_mode": "wal",
         "foreign_keys": 1,
         "synchronous": "full",  # a paid step must survive power loss
-        "busy_timeout": 10_000,
+        # busy_timeout: the sqlite_busy_timeout_s setting (10 s by default), added in connect().
         # With 16 KB pages SQLite's default (a checkpoint every 1,000 pages) lets the -wal reach 16 MB,
         # and the file keeps that size; checkpoint every 4 MB and cut the file back to 4 MB after.
         "wal_autocheckpoint": 256,
@@ -84,7 +85,11 @@ class SqliteDialect(Dialect):
             raise StoreError(f"{self.label}: no Dayflow tables in this file yet (nothing to read)")
 
     def connect(self) -> peewee.Database:
-        db = SqliteDatabase(self.label, pragmas=self.PRAGMAS, timeout=10, check_same_thread=False)
+        # How long a writer waits for another's lock before "database is locked" (the store's retries
+        # then take over): the sqlite_busy_timeout_s setting.
+        busy_s = settings.current().sqlite_busy_timeout_s
+        pragmas = {**self.PRAGMAS, "busy_timeout": round(busy_s * 1000)}
+        db = SqliteDatabase(self.label, pragmas=pragmas, timeout=busy_s, check_same_thread=False)
         self._identity = self._file_identity()
         return db
 
@@ -324,7 +329,7 @@ def _vacuum_step(store: "StoreHandle") -> int:
 def _checkpoint(store: "StoreHandle") -> bool:
     """Copy the log into the file and truncate it; False when a reader kept it from finishing.
 
-    The wait is cut short (``CHECKPOINT_WAIT_MS``, not the 10 s busy timeout)
+    The wait is cut short (``CHECKPOINT_WAIT_MS``, not the busy timeout: 10 s by default)
     because writers queue behind it; a log left whole shrinks at a later checkpoint.
     """
     usual = _pragma(store.db, "busy_timeout")
