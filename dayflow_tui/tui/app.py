@@ -22,7 +22,7 @@ from textual.color import Color, ColorParseError
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import loop
-from ..config.errors import StoreError
+from ..config.errors import DayflowError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
@@ -530,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
             store = open_store(args.db, on_progress=bar, on_note=_print_note)
-    except StoreError as exc:
+    except DayflowError as exc:  # a database that cannot serve (2), a missing file or directory (64)
         print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
     from ..config import settings

@@ -125,7 +125,7 @@ def test_a_bad_query_is_one_line_and_exit_64(db_path, args, says):
 
 def test_a_missing_database_is_refused_and_not_created(tmp_path):
     result = dayflow("search", "budget", db=tmp_path / "missing.db")
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 64 and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "missing.db").exists()
 
 
