@@ -128,7 +128,11 @@ SECTIONS = (
 
 
 class SyncedBindings:
-    """Mixin for screens whose actions enable and disable with the data (resume).
+    """Mixin for screens whose actions show and hide with the data (resume, approve).
+
+    ``check_action`` answers False for a key that does not apply to what is shown (resume on a done or
+    waiting run): the footer leaves it out, so it offers only what applies. Pressed anyway, a resume key
+    says why (``explain_refused_resume``).
 
     ``sync_bindings`` redraws the footer only when an action's availability
     changed: a footer rebuilt on every live tick flickers and costs time.
@@ -142,7 +146,7 @@ class SyncedBindings:
         """Call from ``on_key``: a resume key whose action is disabled gets a one-line reason."""
         if event.key not in self.RESUME_KEYS or run is None:
             return
-        if self.check_action("resume", ()) is not None:
+        if self.check_action("resume", ()):
             return
         blocker = self.app.resume_blocker(run)
         if blocker:

@@ -174,7 +174,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
             run = self.table.current if self.is_mounted and self.query(RunTable) else None
-            return None if run is None or self.app.resume_blocker(run) else True
+            return run is not None and not self.app.resume_blocker(run)  # left out of the footer otherwise
         if action == "open":
             return True if self.is_mounted and self.query(RunTable) and self.table.current is not None else None
         return True

@@ -1,0 +1,52 @@
+"""The dashboard's defects of issue #30, each driven as a user would (Pilot, at 80x24 and 160x50)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dayflow_tui.store import open_store
+from dayflow_tui.tui import demo_data
+from dayflow_tui.tui.app import DayflowApp
+from dayflow_tui.tui.widgets.fitting_footer import FittingFooter
+
+from ..tui_helpers import footer_ready, open_run, screen_text, settle, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def footer_actions(app) -> list[str]:
+    return [key.action for key in app.screen.query_one(FittingFooter).query("FooterKey")]
+
+
+def footer_line(app) -> str:
+    return screen_text(app).rstrip("\n").splitlines()[-1]
+
+
+async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(tmp_path):
+    store = open_store(str(tmp_path / "wait.db"))
+    demo_data.waiting_run(store, "run-wait-0001", demo_data.BASE_TIME)
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await open_run(pilot, "run-wait-0001")
+            await wait_for(pilot, lambda: footer_ready(app) and "approve" in footer_actions(app))
+            actions = footer_actions(app)
+            assert {"approve", "deny", "edit_call"} <= set(actions) and "resume" not in actions, actions
+            line = footer_line(app)
+            assert "a Approve" in line and "D Deny" in line and "E Edit & approve" in line, line
+            assert "Resume" not in line and line.rstrip().endswith("^p palette"), line  # whole, not cut
+            await pilot.press("escape")
+            await open_run(pilot, "run-done-0001")
+            await wait_for(pilot, lambda: footer_ready(app) and "back" in footer_actions(app))
+            await pilot.pause(0.2)
+            assert not {"resume", "approve", "deny", "edit_call"} & set(footer_actions(app))
+            assert "Resume" not in footer_line(app)
+    finally:
+        store.close()
