@@ -50,3 +50,32 @@ async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(t
             assert "Resume" not in footer_line(app)
     finally:
         store.close()
+
+
+def task_cell_width(app) -> int:
+    """The task column's width as drawn: from its title to the preview's edge (or the line's end)."""
+    header = next(line for line in screen_text(app).splitlines() if "task / error" in line)
+    start = header.index("task / error")
+    end = header.find("▏", start)
+    return (end if end >= 0 else len(header.rstrip()) + 1) - start
+
+
+async def test_the_task_column_takes_the_width_the_terminal_gives(tmp_path):
+    store = open_store(str(tmp_path / "wide.db"))
+    demo_data.waiting_run(store, "run-wait-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    widths = {}
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            for size in ((80, 24), (120, 40), (160, 50), (200, 50)):
+                await pilot.resize_terminal(*size)
+                await settle(pilot)
+                await pilot.pause(0.2)
+                widths[size] = task_cell_width(app)
+                row = next(line for line in screen_text(app).splitlines() if line.startswith(" run-wait-0001"))
+                if size[0] >= 120:
+                    assert "Read my inbox, calendar and" in row, (size, row)
+    finally:
+        store.close()
+    assert widths[(160, 50)] >= 36 and widths[(160, 50)] >= widths[(120, 40)], widths  # it was 16 at 160x50
+    assert widths[(200, 50)] >= widths[(160, 50)], widths
