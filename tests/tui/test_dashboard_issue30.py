@@ -79,3 +79,33 @@ async def test_the_task_column_takes_the_width_the_terminal_gives(tmp_path):
         store.close()
     assert widths[(160, 50)] >= 36 and widths[(160, 50)] >= widths[(120, 40)], widths  # it was 16 at 160x50
     assert widths[(200, 50)] >= widths[(160, 50)], widths
+
+
+async def test_an_empty_filter_says_what_is_filtered_and_F_steps_back(tmp_path):
+    store = open_store(str(tmp_path / "empty.db"))
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("f", "f")  # all -> done -> running: no run is running
+            await settle(pilot)
+            await wait_for(pilot, lambda: "No runs in status running." in screen_text(app))
+            text = screen_text(app)
+            assert "Esc to clear the filter" in text and "F for the previous one" in text
+            assert "run-done-0001" not in text
+            await pilot.press("F")  # back to done, as drawn (no resize needed to show it)
+            await settle(pilot)
+            await wait_for(pilot, lambda: "run-done-0001" in screen_text(app))
+            assert app.screen.run_filter.status == "done" and "No runs" not in screen_text(app)
+            await pilot.press("F")
+            await settle(pilot)
+            assert app.screen.run_filter.status is None
+            await pilot.press("F")  # from all, backwards: the last status
+            await settle(pilot)
+            await wait_for(pilot, lambda: "No runs in status forked." in screen_text(app))
+            await pilot.press("escape")
+            await settle(pilot)
+            await wait_for(pilot, lambda: "run-done-0001" in screen_text(app))
+    finally:
+        store.close()
