@@ -109,3 +109,32 @@ async def test_an_empty_filter_says_what_is_filtered_and_F_steps_back(tmp_path):
             await wait_for(pilot, lambda: "run-done-0001" in screen_text(app))
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+async def test_e_at_the_top_of_step_1_keeps_the_line_being_read(tmp_path, size):
+    """At the top of step 1 (four tool calls), ``e`` jumped into the fourth tool's payload."""
+    from dayflow_tui.tui.widgets.step_detail import StepDetail, ToolCallView
+
+    store = open_store(str(tmp_path / "fold.db"))
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            screen = await open_run(pilot, "run-done-0001")
+            await pilot.press("g")  # step 1, at its top
+            await wait_for(pilot, lambda: len(screen.query(ToolCallView)) == 4)
+            await settle(pilot)
+            detail = screen.query_one(StepDetail)
+            assert detail.scroll_y == 0
+            top_line = next(line for line in screen_text(app).splitlines() if "Step 1" in line)
+            for _ in range(3):  # unfold, fold, unfold: the top of the step stays on top
+                await pilot.press("e")
+                await pilot.pause(0.6)  # longer than a scroll animation
+                await settle(pilot)
+                assert detail.scroll_y == 0, detail.scroll_y
+                assert top_line in screen_text(app)
+            assert not any(c.collapsed for c in detail.query("Collapsible"))  # they did unfold
+    finally:
+        store.close()
