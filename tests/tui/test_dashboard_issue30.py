@@ -138,3 +138,42 @@ async def test_e_at_the_top_of_step_1_keeps_the_line_being_read(tmp_path, size):
             assert not any(c.collapsed for c in detail.query("Collapsible"))  # they did unfold
     finally:
         store.close()
+
+
+async def test_notifications_have_their_own_place_at_80x24(tmp_path):
+    """Toasts covered the run list and the help box; now the screen makes room for them."""
+    from textual.widgets._toast import Toast
+
+    from dayflow_tui.tui.widgets.run_table import RunTable
+
+    store = open_store(str(tmp_path / "toasts.db"))
+    for i in range(12):
+        demo_data.queued_run(store, f"run-queued-{i:02d}", demo_data.BASE_TIME)
+    app = DayflowApp(store)
+
+    def toasts():
+        return [toast.region for toast in app.screen.query(Toast) if toast.region.height]
+
+    try:
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await settle(pilot)
+            for n in range(3):
+                app.notify(f"Notice number {n}: something happened to run run-queued-0{n}.", title="Note")
+            await wait_for(pilot, lambda: len(toasts()) >= 1)
+            await pilot.pause(0.3)
+            table = app.screen.query_one(RunTable).region
+            assert table.height > 3
+            for region in toasts():
+                assert not region.overlaps(table), (region, table)
+            text = screen_text(app)
+            assert "Notice number 2" in text  # the newest shows
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: app.screen.query("#help-box") or app.screen.query("VerticalScroll"))
+            await pilot.pause(0.3)
+            app.notify("One more while the help is open.", title="Note")
+            await wait_for(pilot, lambda: "One more while the help" in screen_text(app))
+            box = next(w for w in app.screen.query("*") if w.parent is app.screen and w.region.height > 5).region
+            for region in toasts():
+                assert not region.overlaps(box), (region, box)
+    finally:
+        store.close()
