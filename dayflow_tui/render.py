@@ -27,11 +27,12 @@ def _count(n: object) -> str:
 
 def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
-                     approvals: list | None = None) -> None:
-    """``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again."""
+                     approvals: list | None = None, status: str | None = None) -> None:
+    """``status``: the word shown (``effective_status``: a running run whose owner died is interrupted);
+    the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
     # Every value is what a row holds, damaged or not: shown as text.
-    header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(run.status)}  model=",
+    header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(status or run.status)}  model=",
                            printable(run.model), printable(f"  tokens={run.input_tokens}/{run.output_tokens}"))
     if run_cost is not None:
         header.append(f"  cost={format_usd(run_cost.total)}  cache={cache_text(run_cost)}")

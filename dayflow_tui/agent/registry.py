@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config.errors import AgentChanged, AgentNotFound
+from ..config.errors import AgentChanged, AgentNotFound, NoSuchFile
 from .define import Agent
 
 
@@ -36,7 +36,7 @@ def resolve_ref(spec: str) -> str:
     if target.endswith(".py") or "/" in target or target.startswith("."):
         path = Path(target).expanduser().resolve()
         if not path.is_file():
-            raise AgentNotFound(f"{spec!r}: no file {path}")
+            raise NoSuchFile(f"{spec!r}: no file {path}")
         return f"{path}:{attr}"
     return spec
 

@@ -126,8 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
-    runs.add_argument("--limit", type=_positive_int, default=50)
-    runs.add_argument("--status", choices=[s.value for s in RunStatus])
+    runs.add_argument("--limit", type=_positive_int, default=50, metavar="N",
+                      help="list at most N runs, the newest (default 50)")
+    runs.add_argument("--status", choices=[s.value for s in RunStatus],
+                      help="only runs in this status (interrupted: running, with its owner gone)")
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", parents=[common], help="list tasks")
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
-    tasks.add_argument("--json", action="store_true")
+    tasks.add_argument("--json", action="store_true", help="machine-readable output")
 
     search = sub.add_parser("search", parents=[common], help="find text in every run, newest first",
                             description="Search every run's task, model text, tool calls, tool results, final "
@@ -178,13 +180,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     prices = sub.add_parser("prices", help="where prices come from, and the rates Dayflow uses")
     prices.add_argument("--json", action="store_true", help="machine-readable output")
+    _describe_commands(sub)
     return parser
+
+
+def _describe_commands(sub) -> None:
+    """A command's ``--help`` page opens with what it does: its line in ``dayflow --help``, unless it has its own."""
+    for listed in sub._choices_actions:
+        command = sub.choices[listed.dest]
+        if not command.description and listed.help:
+            command.description = listed.help[0].upper() + listed.help[1:] + "."
 
 
 def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", parents=[common], help="write runs as JSONL, Messages API JSON or "
                             "OpenTelemetry traces")
-    export.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    export.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="the runs to write (ids or their start)")
     where = export.add_mutually_exclusive_group(required=True)
     where.add_argument("--jsonl", metavar="FILE", help="the runs with their steps, resumes and tasks as JSON Lines "
                        "(`dayflow import` reads it; - for standard output)")
@@ -199,7 +210,7 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
                         "setting)")
 
     imports = sub.add_parser("import", parents=[common], help="add the runs of a `dayflow export --jsonl` file")
-    imports.add_argument("file", metavar="FILE")
+    imports.add_argument("file", metavar="FILE", help="a file written by `dayflow export --jsonl`")
     imports.add_argument("--as-new", action="store_true",
                          help="give every imported run a new id (to import a run this database already has)")
 
@@ -219,7 +230,7 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
 
 def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
     deciding = _Parser(add_help=False)
-    deciding.add_argument("run_id", metavar="RUN_ID")
+    deciding.add_argument("run_id", metavar="RUN_ID", help="the waiting run (`dayflow pending` lists them)")
     deciding.add_argument("tool_use_id", nargs="?", metavar="TOOL_USE_ID",
                           help="which waiting call (needed only when several wait)")
     deciding.add_argument("--hash", metavar="PREFIX", dest="expect_hash", type=_hash_prefix,
@@ -248,7 +259,7 @@ def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
 def _add_fork_commands(sub, common: argparse.ArgumentParser, driving: argparse.ArgumentParser) -> None:
     fork = sub.add_parser("fork", parents=[common, driving],
                           help="a new run from another's first steps (changed if you like); no call until resumed")
-    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("run_id", metavar="RUN_ID", help="the run to fork (it is not changed)")
     fork.add_argument("--at", type=_step_number, required=True, metavar="K",
                       help="copy steps 1..K: the fork's next call is the one the run made after step K")
     fork.add_argument("--edit-result", action="append", default=[], metavar="STEP:TOOL_USE_ID=FILE|-",
@@ -257,8 +268,8 @@ def _add_fork_commands(sub, common: argparse.ArgumentParser, driving: argparse.A
     fork.add_argument("--model", help="the model the fork calls (default: the run's)")
     fork.add_argument("--run", action="store_true", help="go on at once (else: dayflow resume NEW_ID)")
     diff = sub.add_parser("diff", parents=[common], help="compare two runs step by step")
-    diff.add_argument("run_a", metavar="RUN_A")
-    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("run_a", metavar="RUN_A", help="the first run (left)")
+    diff.add_argument("run_b", metavar="RUN_B", help="the second run (right)")
     diff.add_argument("--json", action="store_true", help="the same as data")
 
 

@@ -8,7 +8,10 @@ internal error, exit 70); the modules that raise them import them from here. By 
 - 3: ``RunNotFound``
 - 4: ``RunBusy``, ``DecisionRefused``
 - 5: ``ModelCallFailed``
-- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``
+- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``NoSuchFile``
+
+One cause, one code, whatever the command: a file or directory a person named that is not there
+(``--db``'s file or its directory, ``import``'s JSONL, ``run``'s agent file) is ``NoSuchFile``, 64.
 - 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``
 """
 
@@ -61,6 +64,11 @@ class UsageError(DayflowError):
     """A command line, setting or input that cannot be used (``EX_USAGE``); nothing was written."""
 
     exit_code = 64
+
+
+class NoSuchFile(UsageError):
+    """A file (or the directory of one) named on the command line or in a setting is not there; nothing was
+    created. The same code for every command (``EX_USAGE``)."""
 
 
 class SettingsError(UsageError):

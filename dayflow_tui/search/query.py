@@ -62,6 +62,15 @@ class Query:
             chosen.extend(c for c in PLACES[place] if c not in chosen)
         return tuple(chosen)
 
+    @property
+    def listing(self) -> bool:
+        """Only ``status:`` (and perhaps -words): it lists the runs in those statuses, one hit each (their task)."""
+        return bool(self.statuses) and not (self.positive or self.tools or self.runs or self.places)
+
+    def searched(self) -> "Query":
+        """What the store is asked: a listing looks in every run's task, which each run has exactly once."""
+        return replace(self, places=("task",)) if self.listing else self
+
     def with_filters(self, *, statuses: tuple[RunStatus, ...] = (), tools: tuple[str, ...] = (),
                      runs: tuple[str, ...] = ()) -> "Query":
         """This query narrowed by command-line filters (added to the ones written in the query)."""
@@ -149,12 +158,14 @@ def parse(source: str, *, prefix_last: bool = False) -> Query:
 
 
 def check_searchable(query: Query) -> None:
-    """Refuse a query that names nothing to look for (exclusions alone would match everything)."""
-    if query.positive or query.tools or query.runs or query.places:
+    """Refuse a query that names nothing to look for (exclusions alone would match everything); ``status:``
+    alone lists the runs in that status."""
+    if query.positive or query.tools or query.runs or query.places or query.statuses:
         return
     if query.negative:
-        raise QueryError('nothing to look for: -word only excludes; add a word, a "phrase", in:, tool: or run:')
-    raise QueryError('nothing to look for: give a word, a "phrase", in:PLACE, tool:NAME or run:ID')
+        raise QueryError('nothing to look for: -word only excludes; add a word, a "phrase", in:, tool:, run: '
+                         'or status:')
+    raise QueryError('nothing to look for: give a word, a "phrase", in:PLACE, tool:NAME, run:ID or status:S')
 
 
 def parse_statuses(text: str) -> tuple["RunStatus", ...]:

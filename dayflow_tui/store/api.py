@@ -408,10 +408,11 @@ def open_store(target: str | os.PathLike | None = None, *, create: bool = True, 
     builds the search index (the one long step); ``on_note(text)``: a line for
     a person (the index cannot be built here). The store prints nothing.
     """
+    default = target is None and not settings.current().db  # only the default file's directory is made
     if target is None:
         target = settings.current().db or default_db_path()
     dialect = dialect_for(target)
-    dialect.prepare(create=create)
+    dialect.prepare(create=create, make_parent=default)
     store = Store(dialect)
     store.migration_progress, store.migration_note = on_progress, on_note
     try:

@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
 import peewee
 
 from .. import clock
-from ..config.errors import ArchiveError, StoreError, UsageError
+from ..config.errors import ArchiveError, NoSuchFile, StoreError, UsageError
 from .models import Approval, Run, RunResume, Step, Task
 from .retry import store_call
 from .schema import SCHEMA_VERSION
@@ -272,7 +272,7 @@ def _records(path: Path) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError:
                     raise ArchiveError(f"{path} line {number}: not UTF-8 text") from None
     except FileNotFoundError:
-        raise ArchiveError(f"{path}: no such file") from None
+        raise NoSuchFile(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ArchiveError(f"{path}: is a directory") from None
     except PermissionError:

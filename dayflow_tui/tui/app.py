@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import runs
 from ..otel.live import watch_drives
-from ..config.errors import StoreError
+from ..config.errors import DayflowError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
@@ -50,6 +50,45 @@ WATCHABLE_DELAY_S = "0.7"
 
 ClientFactory = Callable[[str], Any]
 MUTED_SHARE = 0.75  # muted text: the foreground at this share over the background
+
+
+# The theme colours that carry a run's status; each is made to read on the background (``readable``).
+STATUS_VARIABLES = ("text-success", "text-accent", "text-warning", "text-error", "text-secondary", "text-primary")
+# WCAG asks 3:1 of status colours; 4.5:1 in full colour leaves room for a terminal that shows 256 colours
+# (tmux's default), whose nearest palette entry measured 2.8:1 for atom-one-light's 3.2:1 green.
+STATUS_CONTRAST = 4.5
+STATUS_CONTRAST_256 = 3.0  # and the README's 3:1 in the colours a 256-colour terminal picks
+
+
+def contrast_ratio(a: Color, b: Color) -> float:
+    """WCAG 2.1 contrast of two colours (1 to 21)."""
+    def luminance(colour: Color) -> float:
+        def channel(value: int) -> float:
+            c = value / 255
+            return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+        return 0.2126 * channel(colour.r) + 0.7152 * channel(colour.g) + 0.0722 * channel(colour.b)
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable(colour: Color, background: Color, foreground: Color, wanted: float = STATUS_CONTRAST) -> Color:
+    """``colour``, moved toward the theme's foreground just enough to reach ``wanted`` against the background
+    (kept as it is when it already does; the foreground itself when nothing between does)."""
+    for step in range(21):
+        moved = colour.blend(foreground, step / 20)
+        if contrast_ratio(moved, background) >= wanted and contrast_ratio(
+                in_256_colours(moved), in_256_colours(background)) >= STATUS_CONTRAST_256:
+            return moved
+    return foreground
+
+
+def in_256_colours(colour: Color) -> Color:
+    """The colour a 256-colour terminal shows for ``colour`` (Rich's nearest palette entry)."""
+    from rich.color import ColorSystem
+
+    return Color.from_rich_color(colour.rich_color.downgrade(ColorSystem.EIGHT_BIT))
 
 
 def styles_dir() -> Path:
@@ -188,6 +227,12 @@ class DayflowApp(App):
         except (KeyError, ColorParseError):
             return variables
         variables["text-muted"] = background.blend(foreground, MUTED_SHARE).hex
+        for name in STATUS_VARIABLES:  # the status colours (the header's counts, the run list's status column)
+            try:
+                colour = Color.parse(variables[name])
+            except (KeyError, ColorParseError):
+                continue
+            variables[name] = readable(colour, background, foreground).hex
         self.theme_variables = variables
         return variables
 
@@ -205,6 +250,8 @@ class DayflowApp(App):
         """A toast whose text is never markup unless a caller says so: the messages carry run ids, errors and
         names from the database, the model and the user, where ``[@click=app.quit]`` is only text."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
+        # The toasts have their own strip (styles/app.tcss): once this one is in it, the screen makes room.
+        self.set_timer(0.05, lambda: self.screen.refresh(layout=True))
 
     def remember(self, **values) -> None:
         """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""
@@ -534,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
             store = open_store(args.db, on_progress=bar, on_note=_print_note)
-    except StoreError as exc:
+    except DayflowError as exc:  # a database that cannot serve (2), a missing file or directory (64)
         print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
     from ..config import settings

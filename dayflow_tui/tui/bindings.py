@@ -16,7 +16,9 @@ RUN_LIST = [
             tooltip="Compare two runs step by step: d on one, then d on the other"),
     Binding("B", "resume_with_budget", "Resume with budget", show=False, id="resume-with-budget",
             tooltip="See what resuming will cost and set the run's dollar budget first"),
-    Binding("f", "cycle_filter", "Filter", id="filter", tooltip="Cycle the status filter"),
+    Binding("f", "cycle_filter(1)", "Filter", id="filter", tooltip="Cycle the status filter: the next status"),
+    Binding("F", "cycle_filter(-1)", "Previous filter", key_display="F", show=False, id="filter-back",
+            tooltip="Cycle the status filter backwards: the previous status"),
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
     Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
@@ -128,7 +130,11 @@ SECTIONS = (
 
 
 class SyncedBindings:
-    """Mixin for screens whose actions enable and disable with the data (resume).
+    """Mixin for screens whose actions show and hide with the data (resume, approve).
+
+    ``check_action`` answers False for a key that does not apply to what is shown (resume on a done or
+    waiting run): the footer leaves it out, so it offers only what applies. Pressed anyway, a resume key
+    says why (``explain_refused_resume``).
 
     ``sync_bindings`` redraws the footer only when an action's availability
     changed: a footer rebuilt on every live tick flickers and costs time.
@@ -142,7 +148,7 @@ class SyncedBindings:
         """Call from ``on_key``: a resume key whose action is disabled gets a one-line reason."""
         if event.key not in self.RESUME_KEYS or run is None:
             return
-        if self.check_action("resume", ()) is not None:
+        if self.check_action("resume", ()):
             return
         blocker = self.app.resume_blocker(run)
         if blocker:

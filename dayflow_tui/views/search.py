@@ -56,7 +56,7 @@ def search_typed(store, text: str, *, limit: int, run_id: str | None = None) -> 
     query = parse(text, prefix_last=True)
     check_searchable(query)
     narrowed = query.with_filters(runs=(run_id,)) if run_id else query
-    result = store.search(narrowed, limit=limit)
+    result = store.search(narrowed.searched(), limit=limit)
     hits = tuple(hit for hit in result.hits if run_id is None or hit.run_id == run_id)
     if run_id is not None:
         return Found(query, hits, result.more, result.note)
@@ -71,5 +71,5 @@ def search_typed(store, text: str, *, limit: int, run_id: str | None = None) -> 
 
 def search_query(store, query: Query, *, limit: int, since: str | None = None, agent: str | None = None) -> Found:
     """``dayflow search``: the newest ``limit`` hits of a checked query."""
-    result = store.search(query, limit=limit, since=since, agent=agent)
+    result = store.search(query.searched(), limit=limit, since=since, agent=agent)
     return Found(query, tuple(result.hits), result.more, result.note)

@@ -70,12 +70,14 @@ class ShownRun:
     cost: object  # a RunCost
     resumes: tuple
     approvals: tuple
+    status: str = ""  # the status shown, as `dayflow runs` and the dashboard word it (interrupted, not running)
 
 
 def read_show(store, run_id: str) -> ShownRun:
     from ..money.cost import run_cost
+    from ..store import effective_status
     from ..store.tables.resumes import run_resumes
 
     run = store.get_run(run_id)
     return ShownRun(run, tuple(store.steps(run.id)), run_cost(store, run.id), tuple(run_resumes(store, run.id)),
-                    tuple(store.approvals(run.id)))
+                    tuple(store.approvals(run.id)), effective_status(run))

@@ -81,7 +81,9 @@ def test_an_edited_result_changes_that_block_only_and_the_model_sees_it(db_path,
     assert "exists" in final  # the model's next step was built on the edited result
 
     shown = text(ok(dayflow("diff", parent, fork, db=db, env=env)).stdout)
-    assert "first divergence at step 3" in shown and "step   2  results differ" in shown
+    # The headline is worded from the rows: step 2 is the first that is not the same (issue #30).
+    assert "step   2  results differ" in shown and "step   1  shared" in shown
+    assert "first difference at step 2 (results differ); the model's turn first differs at step 3" in shown
     data = json.loads(ok(dayflow("diff", parent, fork, "--json", db=db, env=env)).stdout)
     assert data["first_divergence"] == 3 and data["common_fork"] == 2
     assert [s["state"] for s in data["steps"]] == ["shared", "results_differ", "differs"]

@@ -125,7 +125,7 @@ def test_a_bad_query_is_one_line_and_exit_64(db_path, args, says):
 
 def test_a_missing_database_is_refused_and_not_created(tmp_path):
     result = dayflow("search", "budget", db=tmp_path / "missing.db")
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 64 and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "missing.db").exists()
 
 
@@ -172,3 +172,35 @@ def test_reindex_rebuilds_from_the_rows(db_target):
     # The same hits (their order among runs follows start times now, not the order they were written in).
     assert sorted(json.loads(after), key=key) == sorted(json.loads(before), key=key)
     assert dayflow("search", "--reindex", "inbox", db=searchable).returncode == 64
+
+
+def test_a_status_alone_lists_the_runs_in_that_status_for_every_status(db_target):
+    """``status:budget`` names something to look for: the runs in that status, one line each (issue #30)."""
+    from dayflow_tui.store import RunStatus
+    from dayflow_tui.store.leases import heartbeat
+    from dayflow_tui.store.tables.forks import ForkPlan
+
+    store = open_store(db_target)
+    lease = demo_data.every_status(store)  # done, budget, failed, interrupted, queued, running (held by us)
+    heartbeat(store, lease)  # on today's clock: the other processes see a live owner
+    demo_data.waiting_run(store, "run-wait-0001", demo_data.BASE_TIME)
+    store.fork_run("run-done-0001", ForkPlan(at=1), run_id="run-fork-0001")
+    expected = {"done": {"run-done-0001"}, "budget": {"run-budget-01"}, "failed": {"run-failed-01"},
+                "interrupted": {"run-crash-001"}, "queued": {"run-queued-01"}, "running": {"run-live-0001"},
+                "waiting": {"run-wait-0001"}, "forked": {"run-fork-0001"}}
+    try:
+        assert set(expected) == {status.value for status in RunStatus}  # every word of the one enum
+        for status, runs in expected.items():
+            for args in ((f"status:{status}",), ("--status", status)):
+                result = dayflow("search", *args, "--json", db=db_target)
+                assert result.returncode == 0, (args, result.stderr)
+                hits = json.loads(result.stdout)
+                assert [hit["run_id"] for hit in hits] == sorted(runs), (args, hits)
+        both = dayflow("search", "status:failed,budget", db=db_target)
+        assert both.returncode == 0 and {line.split()[0] for line in both.stdout.splitlines()} == {
+            "run-failed-01", "run-budget-01"}
+        store.release(lease)
+        none = dayflow("search", "status:running", db=db_target)  # its owner let go: interrupted now
+        assert none.returncode == 0 and none.stdout == "" and none.stderr.strip() == "no running runs"
+    finally:
+        store.close()

@@ -58,7 +58,7 @@ def test_resume_on_a_missing_file_says_so_and_creates_nothing(tmp_path):
     missing = tmp_path / "typo.db"
     for args in (("resume",), ("resume", "0123456789ab"), ("show", "0123456789ab"), ("runs",), ("tasks",)):
         result = dayflow(*args, db=missing)
-        assert result.returncode == 2
+        assert result.returncode == 64  # a missing file: EX_USAGE, as for every command
         assert_one_error_line(result, str(missing), "no such database file")
         assert not missing.exists() and list(tmp_path.iterdir()) == []
 

@@ -145,7 +145,7 @@ def test_unfinished_and_queued_runs_cannot_be_named(db_path):
         result = dayflow("prune", "--older-than", age, db=str(db_path))
         assert result.returncode == 64 and "--older-than" in one_error_line(result)  # a usage error
     missing = dayflow("prune", "--older-than", "1d", db=str(db_path.parent / "nowhere.db"))
-    assert missing.returncode == 2 and not (db_path.parent / "nowhere.db").exists()
+    assert missing.returncode == 64 and not (db_path.parent / "nowhere.db").exists()
     assert _settled_fingerprint(db_path) == before
 
 

@@ -30,7 +30,7 @@ from ..tui_helpers import TUI_BIN, screen_text, select_loaded, settle, wait_for
 pytestmark = pytest.mark.anyio
 
 # ANSI themes draw with the terminal's own palette (no colour values to measure).
-MEASURED_THEMES = sorted(name for name in BUILTIN_THEMES if not name.startswith("ansi"))
+MEASURED_THEMES = sorted(name for name in DayflowApp.known_themes() if not name.startswith("ansi"))
 NORMAL, MUTED = 4.5, 3.0
 
 
@@ -67,6 +67,17 @@ def drawn(app) -> list[tuple[int, str, float]]:
     return found
 
 
+def header_in_256_colours(app) -> list[tuple[str, float]]:
+    """(text, contrast) of the header's parts as a 256-colour terminal (tmux's default) shows them."""
+    from rich.color import ColorSystem
+
+    def downgraded(colour):
+        return colour.downgrade(ColorSystem.EIGHT_BIT).get_truecolor()
+
+    return [(segment.text.strip(), contrast(downgraded(segment.style.color), downgraded(segment.style.bgcolor)))
+            for segment in app.screen._compositor.render_strips()[0] if segment.text.strip()]
+
+
 def disabled_footer_text(app) -> set[str]:
     return {part for key in app.screen.query("FooterKey") if key.disabled
             for part in (key.key_display, key.description)}
@@ -86,12 +97,17 @@ def part(found, row: int, text: str) -> float:
 
 
 async def test_every_builtin_theme_reads_on_the_run_list_and_the_transcript(tmp_path):
+    from dayflow_tui.store.tables.forks import ForkPlan
+
     store = open_store(str(tmp_path / "themes.db"))
     lease = demo_data.every_status(store)
+    # A count of every status in the header (waiting and forked too: their colours measured 2.8:1 in light themes).
+    demo_data.waiting_run(store, "run-wait-0001", demo_data.BASE_TIME)
+    store.fork_run("run-done-0001", ForkPlan(at=1), run_id="run-fork-0001")
     app = DayflowApp(store)
     failures = []
     try:
-        async with app.run_test(size=(150, 34)) as pilot:
+        async with app.run_test(size=(200, 34)) as pilot:
             await settle(pilot)
             await select_loaded(pilot, "run-queued-01")
             await pilot.pause(0.2)
@@ -107,6 +123,13 @@ async def test_every_builtin_theme_reads_on_the_run_list_and_the_transcript(tmp_
                 muted = part(found, done_row, "12-02 ")  # the "started" column
                 cursor = part(found, row_of(app, "run-queued-01  "), "run-queued-01")
                 header = min(c for y, _t, c in found if y == 0)
+                for text, value in header_in_256_colours(app):  # issue #30: 2.8:1 in tmux, two light themes
+                    if value < MUTED:
+                        failures.append(f"{theme}: header {text!r} at {value:.2f}:1 in 256 colours")
+                counted = " ".join(t for y, t, _c in found if y == 0)
+                for word in ("waiting", "interrupted", "failed", "budget", "queued", "done", "forked"):
+                    if word not in counted:
+                        failures.append(f"{theme}: the header does not count {word}: {counted!r}")
                 statuses = {word: part(found, row_of(app, row_id), word) for row_id, word in (
                     ("run-done-0001  ", "✔ done"), ("run-failed-01  ", "✖ failed"),
                     ("run-budget-01  ", "◼ budget"), ("run-crash-001  ", "⚠ interrupted"))}

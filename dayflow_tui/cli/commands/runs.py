@@ -74,7 +74,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
     print_transcript(shown.run, list(shown.steps), run_cost=shown.cost, resumes=list(shown.resumes),
-                     approvals=list(shown.approvals))
+                     approvals=list(shown.approvals), status=shown.status)
     return 0
 
 

@@ -46,7 +46,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         for hit in found.hits:
             print(hit_plain(hit))
-    if not found.hits:
+    if not found.hits and query.listing:
+        print(f"no {' or '.join(s.value for s in query.statuses)} runs", file=sys.stderr)
+    elif not found.hits:
         print(f"no matches for {printable(query.source.strip() or 'the filters given')}", file=sys.stderr)
     elif found.more:
         print(f"showing the newest {len(found.hits)}; there are more (raise --limit or narrow the query)",

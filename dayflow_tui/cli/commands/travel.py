@@ -71,7 +71,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from ...views.travel import read_diff
+    from ...views.travel import STATE_WORD, headline, read_diff
 
     store = open_for_reading(args)
     compared = read_diff(store, args.run_a, args.run_b)
@@ -90,7 +90,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print(f"step {step.n:>3}  only in {side}")
             continue
         (ta, tb) = step.tokens
-        word = "results differ" if step.state == "results_differ" else "differs"
+        word = STATE_WORD[step.state]
         print(f"step {step.n:>3}  {word}  stop {printable(step.stop_reason[0])} -> {printable(step.stop_reason[1])}"
               f"  tokens {ta[0]}/{ta[1]} -> {tb[0]}/{tb[1]}")
         for line in step.text_diff:
@@ -102,7 +102,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for result in step.results:
             print(f"    result #{result.index + 1}: {one_line(result.a or '-', 100)} -> {one_line(result.b or '-', 100)}")
     (ia, oa), (ib, ob) = found.tokens
-    where = f"first divergence at step {found.first_divergence}" if found.first_divergence else "no divergence"
+    where = headline(found)  # from the same rows as printed above
     print(f"{where}; tokens {ia}/{oa} (a) vs {ib}/{ob} (b), {ib + ob - ia - oa:+,}; "
           f"calls {found.calls[0]} vs {found.calls[1]}, {found.calls[1] - found.calls[0]:+}")
     return 0

@@ -37,8 +37,9 @@ class Dialect:
 
     # -- opening and writing --------------------------------------------------------------------
 
-    def prepare(self, *, create: bool) -> None:
-        """Checks (and creation) before the first connection; ``StoreError`` for a target that cannot serve."""
+    def prepare(self, *, create: bool, make_parent: bool = False) -> None:
+        """Checks (and creation) before the first connection; ``StoreError`` for a target that cannot serve.
+        ``make_parent``: a file's missing directory may be made (the default file's, never a named one's)."""
 
     def connect(self) -> peewee.Database:
         raise NotImplementedError

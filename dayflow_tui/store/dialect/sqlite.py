@@ -14,7 +14,7 @@ import peewee
 from peewee import SqliteDatabase
 
 from ...config import settings
-from ...config.errors import StoreError
+from ...config.errors import NoSuchFile, StoreError
 from ...search.query import Query, Term
 from ...search.text import COLUMNS, words
 from ..retry import ReportCause, store_call
@@ -69,15 +69,18 @@ class SqliteDialect(Dialect):
         self.label = str(path)
         self._identity: tuple[int, int] | None = None
 
-    def prepare(self, *, create: bool) -> None:
+    def prepare(self, *, create: bool, make_parent: bool = False) -> None:
         path = self.path
         if path.is_dir():
             raise StoreError(f"{self.label}: is a directory, not a database file")
         if not path.exists():
+            # A named file's directory is never made: a typo in it is refused, as a missing file is.
+            if not make_parent and not path.parent.is_dir():
+                raise NoSuchFile(f"{self.label}: no such directory {path.parent} (create it first)")
             if not create:
-                raise StoreError(f"{self.label}: no such database file")
+                raise NoSuchFile(f"{self.label}: no such database file")
             try:
-                _create_private_file(path)
+                _create_private_file(path, make_parent=make_parent)
             except OSError as exc:
                 raise StoreError(f"{self.label}: cannot create database ({exc.strerror})") from exc
         elif not create and path.stat().st_size == 0:
@@ -251,12 +254,13 @@ class SqliteDialect(Dialect):
         return "this SQLite has no FTS5, so the search index cannot be read: every step was scanned"
 
 
-def _create_private_file(path: Path) -> None:
+def _create_private_file(path: Path, *, make_parent: bool = False) -> None:
     """Create the database file owner-only before SQLite touches it (SQLite gives -wal and -shm its mode),
     as an empty WAL database: the first write fixes a file's page size and auto-vacuum mode, so both are set
     here, before WAL mode. Incremental auto-vacuum lets ``dayflow vacuum`` give free pages back a megabyte
     per short transaction while workers and the dashboard go on (``SqliteDialect.vacuum``)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if make_parent:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
     conn = sqlite3.connect(path)

@@ -109,12 +109,13 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             self.query_one("#filter-status", Static).update(Content(""))
             return
         has_rows = table.total > 0
+        was_empty = empty.display
         table.display = has_rows
         self.query_one(ColumnHeader).display = has_rows
         empty.display = not has_rows
         if not has_rows:
             if self.run_filter.active:
-                empty.update(Text("No runs match this filter. Press Esc to clear it."))
+                empty.update(self._no_match_text())
             else:
                 empty.update(Text.assemble("No runs yet. Press ", ("n", "bold"),
                                            " for a first run: a daily brief on the offline model, step by step."))
@@ -126,9 +127,27 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         if waiting and self.run_filter.status != "waiting":
             shown += f" · ⏸ {waiting:,} waiting for a decision (f to filter)"
         self.query_one("#filter-status", Static).update(Content(f"{count} · {shown}"))
+        if was_empty != empty.display:  # the list and the empty state swapped: lay the pane out again
+            self._draw_preview_line()
+            self.query_one("#list-main").refresh(layout=True)
         self.app.show_waiting(waiting)
         self.app.show_counts(table.window.counts)
         self.sync_bindings()
+
+    def _no_match_text(self) -> Text:
+        """What an empty filtered list says: what is filtered, and the keys that clear or change it."""
+        run_filter = self.run_filter
+        what = []
+        if run_filter.status:
+            what.append(f"in status {run_filter.status}")
+        if run_filter.search:
+            what.append(f"matching {printable(one_line(run_filter.search, 60))!r}")
+        text = Text.assemble(f"No runs {' and '.join(what)}.\n", "Press ", ("Esc", "bold"), " to clear the filter, ",
+                             ("f", "bold"), " for the next status")
+        text.append(" or ")
+        text.append("F", "bold")
+        text.append(" for the previous one.")
+        return text
 
     def poll(self) -> None:
         """Live tick: the reader checks the change marker, then reads only the changed rows."""
@@ -174,7 +193,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):
             run = self.table.current if self.is_mounted and self.query(RunTable) else None
-            return None if run is None or self.app.resume_blocker(run) else True
+            return run is not None and not self.app.resume_blocker(run)  # left out of the footer otherwise
         if action == "open":
             return True if self.is_mounted and self.query(RunTable) and self.table.current is not None else None
         return True
@@ -194,9 +213,9 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         if self.table.current is not None:
             self.app.resume_run(self.table.current.id, ask=True, run=self.table.current)
 
-    def action_cycle_filter(self) -> None:
+    def action_cycle_filter(self, step: int = 1) -> None:
         position = FILTERS.index(self.run_filter.status)
-        self.apply_filter(status=FILTERS[(position + 1) % len(FILTERS)])
+        self.apply_filter(status=FILTERS[(position + step) % len(FILTERS)])
 
     def apply_filter(self, *, status: str | None | object = ..., search: str | None | object = ...) -> None:
         new_status = self.run_filter.status if status is ... else status

@@ -17,13 +17,12 @@ from textual.widgets import Button, Input, Static
 
 from ...redaction import redacted_line
 from ...safe_text import one_line, printable
+from ...views.travel import STATE_WORD, headline
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 
 STATE_STYLE = {"shared": "$text-muted", "same": "$text-success", "results_differ": "$text-warning", "differs": "bold $text-error",
                "only_a": "magenta", "only_b": "magenta"}
-STATE_WORD = {"shared": "shared", "same": "same", "results_differ": "results differ", "differs": "differs",
-              "only_a": "only in A", "only_b": "only in B"}
 
 
 class ForkDialog(ModalScreen["tuple[bool, str | None] | None"]):
@@ -135,7 +134,7 @@ class DiffScreen(Screen):
             return
         diff = self.diff = message.diff
         (ia, oa), (ib, ob) = diff.tokens
-        where = f"first divergence at step {diff.first_divergence}" if diff.first_divergence else "no divergence"
+        where = headline(diff)  # from the same rows as drawn below
         shared = f"; steps 1..{diff.common_fork} are shared copies" if diff.common_fork else ""
         summary.update(Content.assemble(
             (f"A {diff.a}  ·  B {diff.b}", "bold"), f"{shared}\n",

@@ -55,6 +55,9 @@ MODES = ("detail", "raw", "request")
 
 class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, DecidesWaitingCalls, Screen):
     BINDINGS = bindings.TRANSCRIPT
+    # On a narrow terminal these keys leave the footer first (after the everywhere-keys): on a waiting
+    # run, a D E are what the reader came for.
+    FOOTER_LEAVE_OUT = ("next_request", "raw", "expand")
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
 
     def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
@@ -329,8 +332,8 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.explain_refused_resume(event, self.run)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("resume", "resume_with_budget"):
-            return True if self.run is not None and self.app.resume_blocker(self.run) is None else None
+        if action in ("resume", "resume_with_budget"):  # left out of the footer where it does not apply
+            return self.run is not None and self.app.resume_blocker(self.run) is None
         if action in ("approve", "deny", "edit_call"):
             return True if self._waiting_calls() else False  # shown only while the run waits for a person
         return True

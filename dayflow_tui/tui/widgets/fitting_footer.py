@@ -4,7 +4,7 @@ Textual's ``Footer`` draws every shown binding and cuts the line at the
 right edge (at 80 columns the transcript's read ``… x Next request r Re``).
 This one measures what it would draw and, when that is wider than the
 terminal, first packs the keys tighter, then leaves out keys in
-``LEAVE_OUT_FIRST`` order and then from the right. Every key still works and
+``LEAVE_OUT_FIRST`` order, then the screen's ``FOOTER_LEAVE_OUT``, and then from the right. Every key still works and
 ``?`` lists them all.
 """
 
@@ -21,7 +21,7 @@ PALETTE_ROOM = 14  # "▏^p palette" at the right edge
 
 
 def key_width(key: FooterKey, compact: bool) -> int:
-    return len(key.key_display) + len(key.description) + (1 if compact else 3)
+    return len(key.key_display) + len(key.description) + (2 if compact else 3)  # "key desc " or " key desc  "
 
 
 class FittingFooter(Footer):
@@ -41,7 +41,7 @@ class FittingFooter(Footer):
         def used() -> int:
             return sum(key_width(k, compact) for k in kept)
 
-        for action in LEAVE_OUT_FIRST:
+        for action in LEAVE_OUT_FIRST + tuple(getattr(self.screen, "FOOTER_LEAVE_OUT", ())):
             if used() <= width:
                 break
             kept = [k for k in kept if k.action != action]

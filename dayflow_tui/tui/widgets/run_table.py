@@ -43,12 +43,18 @@ DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out")
 TASK_ROOM = 16
 
 
+def task_room(width: int) -> int:
+    """What the task column needs before the others are given up: a third of the line, at least ``TASK_ROOM``
+    (the runs are told apart by their task; at 160 columns beside the preview it was left 16)."""
+    return max(TASK_ROOM, width // 3)
+
+
 def visible_columns(width: int) -> list[int]:
-    """Indexes of the columns that fit ``width`` with at least ``TASK_ROOM`` left for the task."""
+    """Indexes of the columns that fit ``width`` with at least ``task_room(width)`` left for the task."""
     shown = list(range(len(COLUMNS)))
     for title in DROP_ORDER:
         fixed = sum(COLUMNS[i][1] + 1 for i in shown if COLUMNS[i][1])
-        if width - fixed >= TASK_ROOM:
+        if width - fixed >= task_room(width):
             break
         shown.remove(next(i for i in shown if COLUMNS[i][0] == title))
     return shown

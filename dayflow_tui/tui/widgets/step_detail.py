@@ -59,6 +59,20 @@ def call_heading(call: ToolCall) -> Content:
                             count, (printable(decided), "italic dim"))
 
 
+class PayloadFold(Collapsible):
+    """A result payload's fold. Textual scrolls a collapsible into view when it opens; ``e`` opens them all at
+    once, and the last one's scroll took the reader into the fourth tool's payload. ``StepDetail.set_payloads``
+    asks it to stay put (a click on one title still brings that one into view)."""
+
+    keep_place = False
+
+    def scroll_visible(self, *args, **kwargs) -> None:
+        if self.keep_place:
+            self.keep_place = False
+            return
+        super().scroll_visible(*args, **kwargs)
+
+
 class ToolCallView(Vertical):
     """A tool call: name, readable arguments, outcome; the result payload folded until asked for."""
 
@@ -71,7 +85,7 @@ class ToolCallView(Vertical):
         yield Static(_text(self.call.pretty_input()), classes="tool-args")
         if self.call.result is not None:
             payload = self.call.pretty_result()
-            with Collapsible(title=f"result payload · {len(payload):,} chars", collapsed=True,
+            with PayloadFold(title=f"result payload · {len(payload):,} chars", collapsed=True,
                              classes="payload"):
                 yield Static(_text(payload), classes="payload-text")
 
@@ -127,7 +141,10 @@ class StepDetail(VerticalScroll):
                 anchor, offset = child, region.y - top
                 break
         for collapsible in self.query(Collapsible):
-            collapsible.collapsed = not expanded
+            if collapsible.collapsed == expanded:  # it will change: it must not scroll itself into view
+                if isinstance(collapsible, PayloadFold):
+                    collapsible.keep_place = True
+                collapsible.collapsed = not expanded
         if anchor is not None and top > 0:
             def keep_in_place() -> None:
                 self.scroll_to(y=max(anchor.virtual_region.y - offset, 0), animate=False)
