@@ -9,10 +9,13 @@ model's replies, so the same calls come back.
 
 from __future__ import annotations
 
+import json
+
 from .agent_file import IDEMPOTENT, PLAIN, READ_ONLY, AgentSpec, ToolSpec
 from .plan import Action, Plan
 
 _LOOK = ToolSpec("look_0", READ_ONLY, "read")
+_FORK_OF_FORK = ('''{"seed":"20261205:postgres:512","backend":"BACKEND","agent":[{"name":"look_0","kind":"read_only","body":"read","approval":false},{"name":"look_1","kind":"read_only","body":"read","approval":false},{"name":"put_0","kind":"idempotent","body":"idempotent","approval":false},{"name":"put_1","kind":"idempotent","body":"idempotent","approval":false},{"name":"send_0","kind":"plain","body":"plain","approval":true},{"name":"send_1","kind":"plain","body":"plain","approval":false}],"actions":[{"verb":"start","pick":0.0,"pick2":0.0,"kill":null,"fault":null,"edit":""},{"verb":"fork","pick":0.758,"pick2":0.428,"kill":null,"fault":null,"edit":""},{"verb":"approve_one","pick":0.183,"pick2":0.848,"kill":["body",3,0.321],"fault":null,"edit":""},{"verb":"fork","pick":0.846,"pick2":0.45,"kill":null,"fault":null,"edit":""},{"verb":"approve","pick":0.522,"pick2":0.731,"kill":null,"fault":null,"edit":""}]}''')
 
 
 def known_plans(backend: str) -> list[tuple[str, Plan]]:
@@ -43,4 +46,8 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
          Plan("known:overloaded", backend,
               AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain"))),
               (Action("start", fault=("burst529", 0.2, 3)),))),
+        # Found in a 1,722-example run (2026-12-05): it fails about one replay in four on the old code (the
+        # kill must land after the grandparent's start mark), and every time the fork's journal is looked at.
+        ("a fork of a fork ran a plain call again that the grandparent had started before it was made",
+         Plan.from_json(_FORK_OF_FORK.replace('"BACKEND"', json.dumps(backend)))),
     ]

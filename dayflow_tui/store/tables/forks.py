@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...config.errors import UsageError
-from .approvals import AUTO, approvals as journal_rows
+from .approvals import AUTO
 from ..models import Approval, Run, Step
 from ..retry import attempt_number, store_call
 from ..search.index import index_runs
@@ -135,10 +135,26 @@ def journal_to_copy(store: StoreHandle, parent_id: str, rows: list[dict[str, Any
     if not rows or rows[-1]["tool_results"] is not None:
         return []
     n = rows[-1]["n"]
+    # The parent's step n may itself be a copy (the parent is a fork made at or after n): what its own
+    # ancestors started or kept for those calls before now happened to the same calls, so it is copied
+    # too. Found by the sim: a fork of a fork ran a plain call again that the grandparent had started.
+    found: dict[str, Any] = {}
+    run_id: str | None = parent_id
+    seen: set[str] = set()
+    while run_id is not None and run_id not in seen:
+        seen.add(run_id)
+        for row in Approval.select().where(Approval.run == run_id, Approval.n == n):
+            if row.started_at is None and row.result is None:
+                continue
+            have = found.get(row.tool_use_id)
+            if have is None or (have.result is None and row.result is not None):
+                found[row.tool_use_id] = row
+        run = Run.get_or_none(Run.id == run_id)
+        if run is None or run.parent_id is None or run.forked_at is None or run.forked_at < n:
+            break
+        run_id = run.parent_id
     copied = []
-    for row in journal_rows(store, parent_id, n):
-        if row.started_at is None and row.result is None:
-            continue
+    for row in found.values():
         copied.append(dict(n=n, tool_use_id=row.tool_use_id, tool_name=row.tool_name, input=row.input,
                            input_hash=row.input_hash, state=AUTO, requested_at=row.requested_at,
                            started_at=row.started_at, result=row.result, result_at=row.result_at))

@@ -48,3 +48,17 @@ def test_copied_steps_are_not_spent_twice(store):
     store.fork_run(parent.id, ForkPlan(at=2), run_id="forkchild004")
     spent = sum(g.input_tokens for g in store.token_groups())
     assert spent == 150  # the parent's two calls; the fork's copies were paid for once
+
+
+def test_a_fork_of_a_fork_carries_a_call_its_grandparent_started(store):
+    # Found by the simulation (seed 20261205:postgres:512): F1 is forked from A at the step of a plain call,
+    # A then starts that call (and may have done it), and F2 is forked from F1: the call is the same call
+    # (step 1 of F1 is A's), so F2 must answer "outcome unknown" rather than run it a second time.
+    a, lease = held_run(store, "forkgrand001")
+    block = {"type": "tool_use", **call("tu_1")}
+    store.append_step(a.id, reply(1, tool=call("tu_1")), lease=lease)
+    first = store.fork_run(a.id, ForkPlan(at=1), run_id="forkgrand002")
+    store.start_call(a.id, 1, block, lease)
+    second = store.fork_run(first.id, ForkPlan(at=1), run_id="forkgrand003")
+    assert [r.tool_use_id for r in store.approvals(first.id, 1) if r.started_at] == []  # made before the start
+    assert [r.tool_use_id for r in store.approvals(second.id, 1) if r.started_at] == ["tu_1"]
