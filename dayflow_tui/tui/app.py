@@ -9,14 +9,11 @@ here) when the ``otel_endpoint`` setting names a receiver.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
-import sys
 import weakref
 from pathlib import Path
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -25,14 +22,13 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import runs
 from ..otel.live import watch_drives
-from ..config.errors import DayflowError
 from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
 from ..safe_text import one_line, printable
-from ..store import Store, effective_status, holder, is_connection_error, open_store, owner_alive
-from ..terminal_progress import ProgressBar
+from ..store import Store, effective_status, holder, is_connection_error, owner_alive
 from . import bindings, ui_state
+from .colours import STATUS_VARIABLES, readable
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
@@ -50,45 +46,6 @@ WATCHABLE_DELAY_S = "0.7"
 
 ClientFactory = Callable[[str], Any]
 MUTED_SHARE = 0.75  # muted text: the foreground at this share over the background
-
-
-# The theme colours that carry a run's status; each is made to read on the background (``readable``).
-STATUS_VARIABLES = ("text-success", "text-accent", "text-warning", "text-error", "text-secondary", "text-primary")
-# WCAG asks 3:1 of status colours; 4.5:1 in full colour leaves room for a terminal that shows 256 colours
-# (tmux's default), whose nearest palette entry measured 2.8:1 for atom-one-light's 3.2:1 green.
-STATUS_CONTRAST = 4.5
-STATUS_CONTRAST_256 = 3.0  # and the README's 3:1 in the colours a 256-colour terminal picks
-
-
-def contrast_ratio(a: Color, b: Color) -> float:
-    """WCAG 2.1 contrast of two colours (1 to 21)."""
-    def luminance(colour: Color) -> float:
-        def channel(value: int) -> float:
-            c = value / 255
-            return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-        return 0.2126 * channel(colour.r) + 0.7152 * channel(colour.g) + 0.0722 * channel(colour.b)
-
-    high, low = sorted((luminance(a), luminance(b)), reverse=True)
-    return (high + 0.05) / (low + 0.05)
-
-
-def readable(colour: Color, background: Color, foreground: Color, wanted: float = STATUS_CONTRAST) -> Color:
-    """``colour``, moved toward the theme's foreground just enough to reach ``wanted`` against the background
-    (kept as it is when it already does; the foreground itself when nothing between does)."""
-    for step in range(21):
-        moved = colour.blend(foreground, step / 20)
-        if contrast_ratio(moved, background) >= wanted and contrast_ratio(
-                in_256_colours(moved), in_256_colours(background)) >= STATUS_CONTRAST_256:
-            return moved
-    return foreground
-
-
-def in_256_colours(colour: Color) -> Color:
-    """The colour a 256-colour terminal shows for ``colour`` (Rich's nearest palette entry)."""
-    from rich.color import ColorSystem
-
-    return Color.from_rich_color(colour.rich_color.downgrade(ColorSystem.EIGHT_BIT))
 
 
 def styles_dir() -> Path:
@@ -562,44 +519,3 @@ class DayflowApp(App):
             for screen in self.screen_stack:
                 if isinstance(screen, bindings.SyncedBindings):
                     screen.sync_bindings()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
-    parser.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
-                        "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
-                        "~/.local/share/dayflow/dayflow.db)")
-    return parser
-
-
-def _print_note(text: str) -> None:
-    print(f"dayflow-tui: note: {printable(text)}", file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
-            store = open_store(args.db, on_progress=bar, on_note=_print_note)
-    except DayflowError as exc:  # a database that cannot serve (2), a missing file or directory (64)
-        print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
-        return exc.exit_code
-    from ..config import settings
-
-    theme = settings.current().theme
-    if theme and theme not in DayflowApp.known_themes():
-        store.close()
-        print(f"dayflow-tui: error: theme {printable(theme)!r} (setting theme) is not one of: "
-              f"{', '.join(sorted(DayflowApp.known_themes()))}", file=sys.stderr)
-        return 2
-    if os.environ.get("DAYFLOW_OFFLINE_DELAY") is None and settings.current().offline_delay_s == 0:
-        settings.apply_flags(offline_delay_s=float(WATCHABLE_DELAY_S))  # slow enough to watch a run arrive
-    try:
-        DayflowApp(store).run()
-    finally:
-        store.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

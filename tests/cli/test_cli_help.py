@@ -6,7 +6,7 @@ import argparse
 import subprocess
 
 from dayflow_tui.cli.parser import build_parser
-from dayflow_tui.tui.app import build_parser as build_tui_parser
+from dayflow_tui.tui.launch import build_parser as build_tui_parser
 
 from ..conftest import BIN, dayflow_cmd
 

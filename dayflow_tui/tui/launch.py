@@ -1,0 +1,56 @@
+"""``dayflow-tui``'s entry point: its arguments, the store opened (with a migration's progress on stderr), the
+theme setting checked, then the app run. Errors before the screen is taken are one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from ..config.errors import DayflowError
+from ..safe_text import printable
+from ..store import open_store
+from ..terminal_progress import ProgressBar
+from .app import WATCHABLE_DELAY_S, DayflowApp
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
+    parser.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
+                        "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
+                        "~/.local/share/dayflow/dayflow.db)")
+    return parser
+
+
+def _print_note(text: str) -> None:
+    print(f"dayflow-tui: note: {printable(text)}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
+            store = open_store(args.db, on_progress=bar, on_note=_print_note)
+    except DayflowError as exc:  # a database that cannot serve (2), a missing file or directory (64)
+        print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
+        return exc.exit_code
+    from ..config import settings
+
+    theme = settings.current().theme
+    if theme and theme not in DayflowApp.known_themes():
+        store.close()
+        print(f"dayflow-tui: error: theme {printable(theme)!r} (setting theme) is not one of: "
+              f"{', '.join(sorted(DayflowApp.known_themes()))}", file=sys.stderr)
+        return 2
+    if os.environ.get("DAYFLOW_OFFLINE_DELAY") is None and settings.current().offline_delay_s == 0:
+        settings.apply_flags(offline_delay_s=float(WATCHABLE_DELAY_S))  # slow enough to watch a run arrive
+    try:
+        DayflowApp(store).run()
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
