@@ -61,6 +61,7 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
     """Every property that must hold between any two actions."""
     problems: list[str] = []
     problems += _steps_kept(world, snapshot)
+    problems += _index_level(snapshot)
     ledger = read_ledger(world.ledger)
     names = tool_names(snapshot)
     kept = results(snapshot)
@@ -195,6 +196,27 @@ def _steps_kept(world: World, snapshot: Snapshot) -> list[str]:
         numbers = sorted(n for (run_id, n) in snapshot.steps if run_id == run["id"])
         if numbers != list(range(1, len(numbers) + 1)) or run["step_count"] != len(numbers):
             problems.append(f"run {run['id']}: steps {numbers} with step_count {run['step_count']}")
+    return problems
+
+
+def _index_level(snapshot: Snapshot) -> list[str]:
+    """The search index, written after each commit (issue #28): a step is in it once per part, and a step no
+    longer marked ``index_pending`` has its turn there (and its results, once committed): a search that
+    skips the marked steps' index rows and reads their rows then misses nothing and shows nothing twice."""
+    if snapshot.index_rows is None:
+        return []
+    problems = []
+    parts = Counter((run_id, n, 1 if part == 2 else part) for run_id, n, part in snapshot.index_rows)
+    for (run_id, n, part), count in parts.items():
+        if count > 1:
+            problems.append(f"step {n} of run {run_id} has {count} index rows for part {part}")
+    for (run_id, n), step in snapshot.steps.items():
+        if step.get("index_pending", 0):
+            continue
+        if (run_id, n, 1) not in parts:
+            problems.append(f"step {n} of run {run_id} is not marked for indexing, yet its turn is not indexed")
+        if step["tool_results"] not in (None, "[]") and (run_id, n, 3) not in parts:
+            problems.append(f"step {n} of run {run_id} is not marked for indexing, yet its results are not indexed")
     return problems
 
 

@@ -62,10 +62,16 @@ class Snapshot:
     steps: dict[tuple[str, int], dict]
     tasks: list[dict]
     approvals: dict[tuple[str, str], dict]
+    # The search index's rows of steps (run_id, n, part), a row per part written; None: no index here.
+    index_rows: list[tuple[str, int, int]] | None = None
 
     def paid_steps(self) -> int:
         """Steps bought by a model call: a fork's copies of its parent's steps are not."""
         return sum(1 for (run_id, n) in self.steps if n > (self.runs[run_id].get("forked_at") or 0))
+
+
+# The index rows of steps' turns and tool results (parts 1-3: turn, final turn, results).
+_INDEX_ROWS = "SELECT run_id, n, part FROM search_docs WHERE part BETWEEN 1 AND 3"
 
 
 def read_snapshot(target: str) -> Snapshot:
@@ -81,6 +87,9 @@ def read_snapshot(target: str) -> Snapshot:
             if conn.execute("SELECT to_regclass('approvals') IS NULL AS empty").fetchone()["empty"]:
                 return Snapshot({}, {}, [], {})  # no process has created the tables yet
             rows = {name: conn.execute(sql).fetchall() for name, sql in queries.items()}
+            index = None
+            if not conn.execute("SELECT to_regclass('search_docs') IS NULL AS empty").fetchone()["empty"]:
+                index = [(r["run_id"], r["n"], r["part"]) for r in conn.execute(_INDEX_ROWS).fetchall()]
     else:
         if not Path(target).exists():
             return Snapshot({}, {}, [], {})
@@ -88,10 +97,13 @@ def read_snapshot(target: str) -> Snapshot:
         conn.row_factory = sqlite3.Row
         try:
             rows = {name: [dict(r) for r in conn.execute(sql)] for name, sql in queries.items()}
+            index = None
+            if conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'search_docs'").fetchone()[0]:
+                index = [(r["run_id"], r["n"], r["part"]) for r in conn.execute(_INDEX_ROWS)]
         finally:
             conn.close()
     return Snapshot({r["id"]: r for r in rows["runs"]}, {(s["run_id"], s["n"]): s for s in rows["steps"]},
-                    rows["tasks"], {(a["run_id"], a["tool_use_id"]): a for a in rows["approvals"]})
+                    rows["tasks"], {(a["run_id"], a["tool_use_id"]): a for a in rows["approvals"]}, index)
 
 
 @dataclass
