@@ -35,6 +35,14 @@ from .tools import ToolContext, cut_off_results
 Final = tuple[str, "str | None", "str | None"]
 
 
+class CancelObserved(Exception):
+    """A commit or heartbeat under the lease saw the run's cancel: no call starts and no tool runs after it.
+
+    ``runs`` ends the run ``cancelled`` (under the lease) when it catches this; the message is
+    ``cancelled by WHO: WHY``.
+    """
+
+
 class Driver:
     """Drives one leased run from ``start_step`` until it ends, stops or crashes."""
 
@@ -60,8 +68,15 @@ class Driver:
         if self.on_step is not None:
             self.on_step(event)
 
+    def check_cancel(self) -> None:
+        """Stop here if a commit or heartbeat under the lease has seen the run's cancel (``CancelObserved``)."""
+        if self.lease.cancel is not None:
+            raise CancelObserved(self.lease.cancel)
+
     def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
                           stop_reason: str | None) -> list[dict]:
+        # A cancelled run's pending calls are not run (nor asked of a person); the step stays without results.
+        self.check_cancel()
         # A response cut off at max_tokens may hold half-written calls: answer them, run none.
         # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
         if stop_reason == "max_tokens":
@@ -84,14 +99,19 @@ class Driver:
         unknown", so the model decides.
         """
         kept = kept_rows(self.store, self.run.id, n)
-        return [answer_call(self.store, self.ctx, self.lease, n, block, kept.get(call_id(block)))
-                for block in assistant if block.get("type") == "tool_use"]
+        results = []
+        for block in assistant:
+            if block.get("type") == "tool_use":
+                self.check_cancel()  # seen by the heartbeat, or by the last call's commit: the rest do not run
+                results.append(answer_call(self.store, self.ctx, self.lease, n, block, kept.get(call_id(block))))
+        return results
 
     def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
               replayed: int) -> RunResult:
         """Run steps from ``start_step``; ``spent_*`` carry the whole run's tokens for the budget guard."""
         run, n = self.run, start_step
         while True:
+            self.check_cancel()
             if self.should_stop is not None and self.should_stop():
                 return self.result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
             if self.lease.lost:

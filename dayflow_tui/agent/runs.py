@@ -26,7 +26,7 @@ from . import brief, request
 from .approvals import RunWaiting, approval_tools_for_new_run
 from .budget import check_dollar_budget, previous_call
 from .define import Agent
-from .driver import Driver, final_state
+from .driver import CancelObserved, Driver, final_state
 from .events import DEFAULT_MAX_STEPS, OnStep, RunResult, StepEvent, check_watches, drive_watches
 from .messages import add_assistant_turn, messages_from
 from .registry import agent_columns, agent_for_run
@@ -232,6 +232,8 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
     committed_before = None
     try:
         ingest_spool(store, run_id, lease)  # a reply this host already paid for goes in before any call
+        if lease.cancel is not None:
+            raise CancelObserved(lease.cancel)  # asked of an owner that died: nothing more runs
         run = store.get_run(run_id)
         committed_before = run.step_count
         limit = settings.current().max_attempts
@@ -273,6 +275,13 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
             driver.spend.previous = previous_call(store, run, messages)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
                             replayed=len(steps))
+    except CancelObserved as exc:
+        # The reply of the call in flight (if any) is committed; its tools and every later call are not run.
+        store.finish_run(run_id, RunStatus.CANCELLED, error=storable_text(str(exc)), lease=lease)
+        run = store.get_run(run_id)
+        return RunResult(run.id, RunStatus.CANCELLED.value, None, run.step_count, run.input_tokens,
+                         run.output_tokens, driver.calls if driver else 0, committed_before or 0, run.error,
+                         cost=driver.spend.total if driver else None, paid=driver.spend.paid_or_none if driver else None)
     except RunWaiting:
         # The step's paid reply is committed; its calls wait for a person (the lease is given up already).
         run = store.get_run(run_id)

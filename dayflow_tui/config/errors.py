@@ -6,7 +6,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 - 1: ``DayflowError`` (the default), ``AgentNotFound``, ``AgentChanged``
 - 2: ``StoreError``, ``HistoryError``
 - 3: ``RunNotFound``
-- 4: ``RunBusy``, ``DecisionRefused``
+- 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``
 - 5: ``ModelCallFailed``
 - 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``NoSuchFile``
 
@@ -113,5 +113,17 @@ class ArchiveError(UsageError):
 
 class DecisionRefused(DayflowError):
     """A decision that cannot be taken: decided already, nothing waits, the arguments changed."""
+
+    exit_code = 4
+
+
+class RunCancelled(DayflowError):
+    """The run was cancelled (``dayflow cancel``): it is never claimed or resumed again; a fork of it may run."""
+
+    exit_code = 4
+
+
+class CancelRefused(DayflowError):
+    """A cancel that cannot be taken: the run has ended already (done, failed, budget, cancelled)."""
 
     exit_code = 4

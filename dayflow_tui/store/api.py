@@ -36,8 +36,9 @@ from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import approvals, claims, database, forks, resumes, runs, spend, steps, tasks
+from .tables import approvals, cancels, claims, database, forks, resumes, runs, spend, steps, tasks
 from .tables.approvals import CallToAsk
+from .tables.cancels import CancelOutcome
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
 from .tables.steps import StepRecord
@@ -124,20 +125,22 @@ class Store:
     def create_run(self, user_msg: str, *, model: str, budget_tokens: int | None = None, max_steps: int = 12,
                    compact_at: int | None = None, run_id: str | None = None, status: str = "queued",
                    budget_usd: Decimal | None = None, approval_tools: Iterable[str] | None = None,
-                   agent: dict[str, Any] | None = None) -> Run:
-        """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
+                   agent: dict[str, Any] | None = None, priority: int = 0) -> Run:
+        """A new run. ``status="queued"`` waits for a worker (higher ``priority`` first); ``create_claimed_run``
+        drives it here."""
         return runs.create_run(self, user_msg, model=model, budget_tokens=budget_tokens, max_steps=max_steps,
                                compact_at=compact_at, run_id=run_id, status=status, budget_usd=budget_usd,
-                               approval_tools=approval_tools, agent=agent)
+                               approval_tools=approval_tools, agent=agent, priority=priority)
 
     def create_claimed_run(self, user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
                            budget_usd: Decimal | None = None, approval_tools: Iterable[str] | None = None,
-                           agent: dict[str, Any] | None = None) -> tuple[Run, Lease]:
+                           agent: dict[str, Any] | None = None, priority: int = 0) -> tuple[Run, Lease]:
         """A new run already leased to this process (no window for a worker to take it)."""
         return runs.create_claimed_run(self, user_msg, model=model, budget_tokens=budget_tokens,
                                        max_steps=max_steps, compact_at=compact_at, run_id=run_id,
-                                       budget_usd=budget_usd, approval_tools=approval_tools, agent=agent)
+                                       budget_usd=budget_usd, approval_tools=approval_tools, agent=agent,
+                                       priority=priority)
 
     def get_run(self, run_id: str) -> Run:
         """The run with this id, or the one run whose id starts with it (4 characters or more); else RunNotFound."""
@@ -171,6 +174,11 @@ class Store:
                    lease: Lease | None = None) -> None:
         """Set the run's final status, text and error (under ``lease`` when given: else RunBusy)."""
         runs.finish_run(self, run_id, status, final_text=final_text, error=error, lease=lease)
+
+    def cancel_run(self, run_id: str, *, by: str, reason: str | None = None) -> CancelOutcome:
+        """Cancel a run once: at once if nothing drives it, else asked of its driver (``tables.cancels``);
+        CancelRefused when it has ended."""
+        return cancels.cancel_run(self, run_id, by=by, reason=reason)
 
     def mark_running(self, run_id: str, lease: Lease) -> None:
         """The driver's attempt has started: the run reads ``running`` and its old error goes."""

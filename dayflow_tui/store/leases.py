@@ -21,7 +21,7 @@ import peewee
 
 from .. import clock
 from ..config import settings
-from ..config.errors import RunBusy
+from ..config.errors import RunBusy, RunCancelled
 from ..safe_text import printable
 from .models import Run
 from .retry import store_call
@@ -56,6 +56,9 @@ class Lease:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     lost: bool = False
+    # "cancelled by WHO: WHY" once a commit or a heartbeat under this lease saw a cancel asked for the run
+    # (``note_cancel``): the driver starts no call and runs no tool after it, and ends the run ``cancelled``.
+    cancel: str | None = None
 
     def start_heartbeat(self, every: float | None = None) -> None:
         every = HEARTBEAT_EVERY_S if every is None else every
@@ -181,7 +184,12 @@ def with_clock(store: StoreHandle, query: peewee.ModelSelect) -> peewee.ModelSel
 
 
 def still_refused(run: Run) -> None:
-    """Raise when a run waits for a person's decision: the decision continues it, not a claim."""
+    """Raise when a run waits for a person's decision (the decision continues it, not a claim), or was
+    cancelled (nothing continues it: a fork of it is a new run)."""
+    if run.status == RunStatus.CANCELLED.value:
+        raise RunCancelled(printable(f"run {run.id} was {cancel_words(run.cancelled_by, run.cancel_reason)}; a "
+                                     f"cancelled run is not resumed (to go on from its steps, fork it: "
+                                     f"dayflow fork {run.id} --at {run.step_count} --run)"))
     if run.status == RunStatus.WAITING.value:
         raise RunBusy(f"run {run.id} waits for a decision on a tool call: see `dayflow pending`, then "
                       f"`dayflow approve {run.id}` or `dayflow deny {run.id} --reason ...`")
@@ -208,7 +216,32 @@ def owner_values(store: StoreHandle, token: str) -> dict:
 
 @store_call
 def heartbeat(store: StoreHandle, lease: Lease) -> bool:
-    """Refresh the lease; False when another process has taken it over."""
+    """Refresh the lease; False when another process has taken it over. A cancel asked meanwhile is noted."""
     with store.write_transaction():
-        return (Run.update(heartbeat_at=store.dialect.now())
+        ours = (Run.update(heartbeat_at=store.dialect.now())
                 .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute()) == 1
+        if ours:
+            note_cancel(store, lease)
+        return ours
+
+
+def cancel_words(by: str | None, reason: str | None) -> str:
+    """How a cancel reads in a run's error and on screen: ``cancelled by WHO: WHY`` (text from the row)."""
+    words = f"cancelled by {by or 'someone'}"
+    return f"{words}: {reason}" if reason else words
+
+
+def note_cancel(store: StoreHandle, lease: Lease) -> None:
+    """Inside a write under ``lease`` (a commit, a heartbeat, a claim): has someone asked to cancel the run?
+
+    One primary-key read, skipped once the lease knows. Read after the lease-checked write in the same
+    transaction, so a cancel that committed before it is seen here, and one that commits after it is seen
+    by the next commit or heartbeat.
+    """
+    if lease.cancel is not None:
+        return
+    db = store.db
+    row = db.execute_sql(f'SELECT "cancelled_by", "cancel_reason" FROM "runs" WHERE "id" = {db.param} '
+                         'AND "cancel_at" IS NOT NULL', (lease.run_id,)).fetchone()
+    if row is not None:
+        lease.cancel = cancel_words(row[0], row[1])

@@ -126,6 +126,14 @@ class Run(BaseModel):
     attempts = IntegerField(default=0)
     not_before = CharField(max_length=32, null=True)
     heartbeat_at = CharField(max_length=32, null=True)
+    # Claims take higher first, then the oldest (schema 12). Kept across resumes.
+    priority = IntegerField(default=0)
+    # A cancel (schema 12): when it was asked, by whom (user@host, or "dashboard") and why. On a run a live
+    # process drives it is a request that the driver sees at its next commit or heartbeat; the run ends
+    # ``cancelled`` there (tables/cancels.py).
+    cancel_at = CharField(max_length=32, null=True)
+    cancelled_by = TextField(null=True)
+    cancel_reason = TextField(null=True)
     created_at = CharField(max_length=32)
     updated_at = CharField(max_length=32, index=True)
 

@@ -121,10 +121,22 @@ def _index_after_commit(store: "StoreHandle") -> None:
                          "WHERE index_pending = 1")
 
 
+def _add_cancel_and_priority(store: "StoreHandle") -> None:
+    """Schema 12: a run's priority (claims take higher first, then older) and its cancel (when, who, why).
+
+    The claim order has its own index, in that order: a worker's claim of the queue's head reads one entry
+    of it at any queue length, as the status index did before priorities."""
+    for column in (Run.priority, Run.cancel_at, Run.cancelled_by, Run.cancel_reason):
+        add_column(store, Run, column)
+    store.db.execute_sql('CREATE INDEX IF NOT EXISTS "runs_claim_order" ON "runs" '
+                         '("status", "priority" DESC, "created_at", "id")')
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
-                                                    _status_in_list_order, _index_after_commit)
+                                                    _status_in_list_order, _index_after_commit,
+                                                    _add_cancel_and_priority)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

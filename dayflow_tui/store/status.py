@@ -19,6 +19,7 @@ class RunStatus(str, enum.Enum):
     BUDGET = "budget"
     WAITING = "waiting"  # a tool call waits for a person's decision (dayflow approve / deny)
     FORKED = "forked"  # a fork not yet run: it waits for `dayflow resume` (workers leave it alone)
+    CANCELLED = "cancelled"  # a person cancelled it (`dayflow cancel`): final, never claimed or resumed
 
     def __str__(self) -> str:
         return self.value
@@ -50,8 +51,11 @@ _GLYPHS = {
     RunStatus.BUDGET: "◼",
     RunStatus.WAITING: "⏸",
     RunStatus.FORKED: "⑂",
+    RunStatus.CANCELLED: "⊘",
 }
 
 # Stored states a person or a worker can continue; DONE is final.
 RESUMABLE = (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.BUDGET, RunStatus.QUEUED, RunStatus.FORKED)
+# Stored states a cancel refuses: the run has ended (a failed or budget run is ended until a person resumes it).
+ENDED = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET, RunStatus.CANCELLED)
 STORED = tuple(s for s in RunStatus if s is not RunStatus.INTERRUPTED)

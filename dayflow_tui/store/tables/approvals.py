@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...config.errors import DecisionRefused, UsageError
+from ...safe_text import printable
 from ...testhook import pause_point
-from ..leases import Lease, forget_token, new_token
+from ..leases import Lease, cancel_words, forget_token, new_token
 from ..models import Approval, Run
 from ..retry import attempt_number, store_call
 from ..status import RunStatus
@@ -104,7 +105,7 @@ def approvals(store: StoreHandle, run_id: str, n: int | None = None) -> list[App
 def pending_approvals(store: StoreHandle, limit: int = 500) -> list[tuple[Approval, Run]]:
     """Every call waiting for a decision, oldest first, with its run."""
     query = (Approval.select(Approval, Run).join(Run)
-             .where(Approval.state == PENDING).order_by(Approval.requested_at, Approval.id).limit(limit))
+             .where(Approval.state == PENDING, Run.status == RunStatus.WAITING.value).order_by(Approval.requested_at, Approval.id).limit(limit))
     return [(row, row.run) for row in query]
 
 
@@ -143,6 +144,11 @@ def decide_with(store: StoreHandle, run_id: str, tool_use_id: str | None, token:
         if expect_hash is not None and not target.input_hash.startswith(hash_prefix(expect_hash)):
             raise DecisionRefused(f"run {run_id} call {target.tool_use_id}: its arguments hash to "
                                   f"{target.input_hash[:12]}, not {expect_hash[:12]}; look again before deciding")
+        # The run's row first (on PostgreSQL its lock): a run cancelled meanwhile takes no decision, and a
+        # cancel that comes after waits for this one and finds the run as the decision left it.
+        if (Run.update(updated_at=store.dialect.now())
+                .where(Run.id == run_id, Run.status == RunStatus.WAITING.value).execute()) != 1:
+            raise DecisionRefused(_not_waiting(Run.get_by_id(run_id)))
         values = dict(state=APPROVED if approve else DENIED, reason=reason, decided_by=by, decided_host=host,
                       decided_at=store.dialect.now(), decision_token=token,
                       edited_input=None if edited_input is None else canonical_json(edited_input))
@@ -230,6 +236,13 @@ def answer_call(store: StoreHandle, run_id: str, tool_use_id: str, result: dict,
          .execute())
         pause_point("answer")
     pause_point("answered")
+
+
+def _not_waiting(run: Run) -> str:
+    if run.status == RunStatus.CANCELLED.value:
+        return printable(f"run {run.id} was {cancel_words(run.cancelled_by, run.cancel_reason)}; its calls "
+                         "are not decided")
+    return f"run {run.id} does not wait for a decision (it is {run.status})"
 
 
 def _already(row: Approval) -> str:

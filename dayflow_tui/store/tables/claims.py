@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from ... import clock
 from ...config.errors import RunBusy
-from ..leases import (STALE_AFTER_S, Lease, _parse, forget_token, holder, new_token, owner_alive, owner_values,
-                      still_refused, this_host)
+from ..leases import (STALE_AFTER_S, Lease, _parse, forget_token, holder, new_token, note_cancel, owner_alive,
+                      owner_values, still_refused, this_host)
 from ..models import Run
 from ..retry import attempt_number, store_call
 from ..status import RunStatus
@@ -48,18 +48,21 @@ def claim_with(store: StoreHandle, run_id: str, token: str, *, stale_after: floa
     run = get_run(store, run_id)
     if run.lease_token == token:
         return Lease(store, run.id, token)  # an earlier try committed; only its answer was lost
-    still_refused(run)  # a run waiting for a person is continued by the decision, not claimed
+    still_refused(run)  # a run waiting for a person is continued by the decision, not claimed; nor a cancelled one
     if run.lease_token is not None and owner_alive(run, stale_after):
         raise RunBusy(f"run {run.id} is being driven by {holder(run)}")
+    lease = Lease(store, run.id, token)
     with store.write_transaction():
         won = swap_lease(store, run, token, fresh_attempts=fresh_attempts)
+        if won:
+            note_cancel(store, lease)  # asked of its last owner, who died before it ended the run
     if not won:
         current = get_run(store, run.id)
         if current.status == RunStatus.DONE:
             raise RunBusy(f"run {run.id} was finished by another process meanwhile")
         still_refused(current)
         raise RunBusy(f"run {run.id} is being driven by {holder(current)}")
-    return Lease(store, run.id, token)
+    return lease
 
 
 def swap_lease(store: StoreHandle, seen: Run, token: str, *, fresh_attempts: bool = False) -> bool:
@@ -78,7 +81,8 @@ def swap_lease(store: StoreHandle, seen: Run, token: str, *, fresh_attempts: boo
     # Every claim is an attempt; committing a step sets the count back to 0.
     values.update(attempts=1, not_before=None) if fresh_attempts else values.update(attempts=Run.attempts + 1)
     query = (Run.update(**values)
-             .where(Run.id == seen.id, Run.status.not_in([RunStatus.DONE.value, RunStatus.WAITING.value]),
+             .where(Run.id == seen.id, Run.status.not_in([RunStatus.DONE.value, RunStatus.WAITING.value,
+                                                          RunStatus.CANCELLED.value]),
                     Run.lease_token.is_null() if seen.lease_token is None
                     else Run.lease_token == seen.lease_token,
                     Run.heartbeat_at.is_null() if seen.heartbeat_at is None
@@ -91,7 +95,8 @@ def swap_lease(store: StoreHandle, seen: Run, token: str, *, fresh_attempts: boo
 
 
 def claim_next(store: StoreHandle, *, stale_after: float = STALE_AFTER_S) -> Lease | None:
-    """Claim one run for a worker: an interrupted run (owner gone) first, else the oldest queued one.
+    """Claim one run for a worker: an interrupted run (owner gone) first, else a queued one: the highest
+    priority, the oldest within it.
 
     None when there is nothing to take. ``failed`` and ``budget`` runs are
     left alone: they wait for a person (``dayflow resume``). A run backing
@@ -117,7 +122,7 @@ def claim_next_with(store: StoreHandle, token: str, *, stale_after: float) -> Le
     if attempt_number():
         landed = Run.get_or_none(Run.lease_token == token)
         if landed is not None:
-            return Lease(store, landed.id, token)  # an earlier try committed; only its answer was lost
+            return _noted(store, Lease(store, landed.id, token))  # an earlier try committed; its answer was lost
     now = db_now(store)
     cutoff = clock.iso(_parse(now) - timedelta(seconds=stale_after))
     ready = Run.not_before.is_null() | (Run.not_before <= now)
@@ -128,19 +133,30 @@ def claim_next_with(store: StoreHandle, token: str, *, stale_after: float) -> Le
             Run.select().where(Run.status == RunStatus.RUNNING, ready,
                                Run.lease_token.is_null() | Run.heartbeat_at.is_null()
                                | (Run.heartbeat_at < cutoff) | (Run.owner_host == this_host()))
-            .order_by(Run.created_at, Run.id))
+            .order_by(*CLAIM_ORDER))
         for run in orphans:
             run.db_now = now
             if run.lease_token is not None and owner_alive(run, stale_after):
                 continue
             if swap_lease(store, run, token):
-                return Lease(store, run.id, token)
+                return _noted(store, Lease(store, run.id, token))
+        # The claim order's index (status, priority DESC, created_at, id) answers this with its first entry.
         queued = store.dialect.skip_locked(
-            Run.select().where(Run.status == RunStatus.QUEUED, ready).order_by(Run.created_at, Run.id).limit(1))
+            Run.select().where(Run.status == RunStatus.QUEUED, ready).order_by(*CLAIM_ORDER).limit(1))
         for run in queued:
             if swap_lease(store, run, token):
-                return Lease(store, run.id, token)
+                return _noted(store, Lease(store, run.id, token))
     return None
+
+
+# Higher priority first, then the oldest (the id breaks a tie of the same millisecond).
+CLAIM_ORDER = (Run.priority.desc(), Run.created_at, Run.id)
+
+
+def _noted(store: StoreHandle, lease: Lease) -> Lease:
+    """A won lease, told of a cancel already asked of the run (its last owner died before ending it)."""
+    note_cancel(store, lease)
+    return lease
 
 
 @store_call

@@ -109,6 +109,7 @@ def fork_run(store: StoreHandle, parent_id: str, plan: ForkPlan, *,
                budget_usd=plan.budget_usd if plan.budget_usd is not None else parent.budget_usd,
                max_steps=max(plan.max_steps or parent.max_steps, plan.at + 1), compact_at=parent.compact_at,
                approval_tools=parent.approval_tools, parent_id=parent.id, forked_at=plan.at,
+               priority=parent.priority or 0,
                # The parent's agent, as recorded: the fork's next request carries its system prompt and
                # tools (byte for byte, so the prompt cache still applies), and a copied call that waits
                # for a person waits again instead of being answered by the built-in brief's tools.

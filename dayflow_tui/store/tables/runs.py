@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ...config.errors import RunBusy, RunNotFound
-from ..leases import Lease, forget_token, new_token, owner_alive, owner_values, with_clock
+from ..leases import Lease, forget_token, new_token, note_cancel, owner_alive, owner_values, with_clock
 from ..models import Run
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_text
@@ -47,12 +47,13 @@ def approval_tools(run: Run) -> frozenset[str]:
 def create_run(store: StoreHandle, user_msg: str, *, model: str, budget_tokens: int | None = None,
                max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
                status: str = RunStatus.QUEUED, budget_usd: Decimal | None = None,
-               approval_tools: Iterable[str] | None = None, agent: dict[str, Any] | None = None) -> Run:
+               approval_tools: Iterable[str] | None = None, agent: dict[str, Any] | None = None,
+               priority: int = 0) -> Run:
     """A new run. ``status="queued"`` waits for a worker; use ``create_claimed_run`` to drive it here."""
     run_id = run_id or uuid.uuid4().hex[:12]  # fixed before any try: a retried insert is the same run
     insert_run(store, dict(id=run_id, user_msg=user_msg, status=RunStatus(status).value, model=model,
                            budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
-                           budget_usd=budget_usd, approval_tools=_names(approval_tools),
+                           budget_usd=budget_usd, approval_tools=_names(approval_tools), priority=priority,
                            **_agent_values(agent)))
     return get_run(store, run_id)
 
@@ -61,7 +62,7 @@ def create_claimed_run(store: StoreHandle, user_msg: str, *, model: str, budget_
                        max_steps: int = 12, compact_at: int | None = None,
                        run_id: str | None = None, budget_usd: Decimal | None = None,
                        approval_tools: Iterable[str] | None = None,
-                       agent: dict[str, Any] | None = None) -> tuple[Run, Lease]:
+                       agent: dict[str, Any] | None = None, priority: int = 0) -> tuple[Run, Lease]:
     """A new run already leased to this process (no window for a worker to take it)."""
     token = new_token()
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -69,7 +70,7 @@ def create_claimed_run(store: StoreHandle, user_msg: str, *, model: str, budget_
         insert_run(store, dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
                                budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                                attempts=1, budget_usd=budget_usd, approval_tools=_names(approval_tools),
-                               **_agent_values(agent)), token=token)
+                               priority=priority, **_agent_values(agent)), token=token)
     except BaseException:
         forget_token(token)
         raise
@@ -271,6 +272,8 @@ def set_run(store: StoreHandle, run_id: str, lease: Lease | None, **values: Any)
         query = query.where(Run.lease_token == lease.token)
     if query.execute() != 1:
         raise RunBusy(f"run {run_id} was taken over by another process")
+    if lease is not None:
+        note_cancel(store, lease)  # every write under a lease tells its driver of a cancel asked meanwhile
     # A final text or an error a run is given is searchable from this commit on (search.py).
     index_run_text(store, run_id, final_text=values.get("final_text"), error=values.get("error"))
 

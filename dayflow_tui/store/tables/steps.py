@@ -19,7 +19,7 @@ import peewee
 from ... import clock
 from ...config.errors import RunBusy, StoreError
 from ...testhook import pause_point
-from ..leases import Lease
+from ..leases import Lease, note_cancel
 from ..models import Run, Step
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_end
@@ -110,6 +110,8 @@ def append_step(store: StoreHandle, run_id: str, step: StepRecord, *, lease: Lea
         if store.db.execute_sql(update_sql, update_params).rowcount != 1:
             raise RunBusy(f"run {run_id} was taken over by another process")
         store.db.execute_sql(insert_sql, insert_params)
+        if lease is not None:
+            note_cancel(store, lease)  # a cancel asked while the call was in flight: this reply is its last
         # The step itself is indexed after the commit (search/pending.py: it is marked); a run's end
         # (its final text, its error) is indexed with it, once per run.
         if final_status is not None:
@@ -142,6 +144,8 @@ def set_tool_results(store: StoreHandle, run_id: str, n: int, results: list[dict
             if attempt_number() and stored is not None and stored.tool_results == encoded:
                 return  # our earlier try committed before the connection went
             raise StoreError(f"run {run_id} step {n}: tool results already recorded")
+        if lease is not None:
+            note_cancel(store, lease)
         pause_point("commit")
     pause_point("committed")
 

@@ -35,3 +35,14 @@ def test_a_run_backing_off_waits_its_turn(store):
     Run.update(status="queued").where(Run.id == run.id).execute()
     assert store.claim_next() is None
     assert 3500 < store.next_retry_at() <= 3600
+
+
+def test_a_higher_priority_is_taken_first_then_the_oldest(store):
+    store.create_run("old low", model="offline", run_id="prio00000001")
+    store.create_run("old high", model="offline", run_id="prio00000002", priority=5)
+    store.create_run("new high", model="offline", run_id="prio00000003", priority=5)
+    store.create_run("below zero", model="offline", run_id="prio00000004", priority=-1)
+    store.create_run("new low", model="offline", run_id="prio00000005")
+    taken = [store.claim_next().run_id for _ in range(5)]
+    assert taken == ["prio00000002", "prio00000003", "prio00000001", "prio00000005", "prio00000004"]
+    assert store.get_run("prio00000002").priority == 5
