@@ -39,7 +39,13 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         budget = budget_text(getattr(run, "budget_usd", None), run_cost.total)
         if budget:
             header.append(f"  budget={budget.replace(' ', '')}")
+    if getattr(run, "priority", 0):
+        header.append(printable(f"  priority={run.priority}"))
     console.print(header)
+    if getattr(run, "cancel_at", None) and run.status != "cancelled":
+        # Asked of the process that drives it: it ends the run at its next commit or heartbeat.
+        console.print(_safe(f"cancel asked {run.cancel_at[:19].replace('T', ' ')} by {run.cancelled_by}"
+                            + (f": {run.cancel_reason}" if run.cancel_reason else ""), "bold yellow"))
     if getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))
@@ -92,4 +98,5 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         # Markdown from the model is rendered as Markdown, but Rich markup in it is not interpreted.
         console.print(Markdown(printable(run.final_text)))
     elif run.error:
-        console.print(Group(Rule("stopped", style="red"), _safe(run.error, "red")))
+        word = "cancelled" if run.status == "cancelled" else "stopped"
+        console.print(Group(Rule(word, style="red"), _safe(run.error, "red")))

@@ -20,7 +20,7 @@ from ..config import settings
 from ..config.errors import AgentChanged, DayflowError, HistoryError, ModelCallFailed, RunBusy, UsageError
 from ..money.cost import run_cost
 from ..redaction import redact_and_cut
-from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, step_blocks
+from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, step_blocks, still_refused
 from ..store.retry import patience
 from . import brief, request
 from .approvals import RunWaiting, approval_tools_for_new_run
@@ -90,7 +90,7 @@ def run_brief(store: Store, *, user_msg: str | None = None, model: str | None = 
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
               should_stop: Callable[[], bool] | None = None, budget_usd: Decimal | None = None,
               approval_tools: tuple[str, ...] | None = None, agent: Agent | None = None,
-              agent_ref: str | None = None) -> RunResult:
+              agent_ref: str | None = None, priority: int = 0) -> RunResult:
     """Start a new run of ``agent`` (default: the built-in brief) and drive it to its end (or until a tool
     call waits for a person). ``agent_ref`` is where the agent is found again (``registry.resolve_ref``).
 
@@ -105,7 +105,7 @@ def run_brief(store: Store, *, user_msg: str | None = None, model: str | None = 
     run, lease = store.create_claimed_run(new.task, model=new.model, budget_tokens=budget_tokens,
                                           max_steps=new.max_steps, compact_at=new.compact_at, run_id=run_id,
                                           budget_usd=new.budget_usd, approval_tools=new.approval_tools,
-                                          agent=new.columns)
+                                          agent=new.columns, priority=priority)
     if on_start is not None:
         on_start(run.id)
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
@@ -116,7 +116,7 @@ def queue_brief(store: Store, *, user_msg: str | None = None, model: str | None 
                 budget_tokens: int | None = None, max_steps: int | None = None,
                 compact_at: int | None = None, budget_usd: Decimal | None = None,
                 approval_tools: tuple[str, ...] | None = None, agent: Agent | None = None,
-                agent_ref: str | None = None) -> str:
+                agent_ref: str | None = None, priority: int = 0) -> str:
     """Record a run for a worker to drive (``dayflow worker``); the same defaults as ``run_brief``.
 
     No client is built here: the model's key is needed where the worker runs.
@@ -124,7 +124,7 @@ def queue_brief(store: Store, *, user_msg: str | None = None, model: str | None 
     new = _new_run(agent, agent_ref, user_msg, model, max_steps, compact_at, budget_usd, approval_tools)
     run = store.create_run(new.task, model=new.model, budget_tokens=budget_tokens, max_steps=new.max_steps,
                            compact_at=new.compact_at, status=RunStatus.QUEUED, budget_usd=new.budget_usd,
-                           approval_tools=new.approval_tools, agent=new.columns)
+                           approval_tools=new.approval_tools, agent=new.columns, priority=priority)
     return run.id
 
 
@@ -142,6 +142,8 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     cannot start changes nothing: the history is validated and the client built first.
     """
     run = store.get_run(run_id)
+    if lease is None:
+        still_refused(run)  # cancelled (or waiting for a person): said before anything is loaded or built
     if run.status != RunStatus.DONE and client is None:
         request.start_client_in_background(run.model)  # the SDK loads while the history is read and checked
     if run.status == RunStatus.DONE:

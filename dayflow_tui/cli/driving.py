@@ -51,6 +51,12 @@ def finish(result) -> int:
     if result.status == RunStatus.WAITING.value:
         say_what_waits(result.run_id)
         return 0  # nothing failed: the run waits for a person, its paid reply committed
+    if result.status == RunStatus.CANCELLED.value:
+        # Someone cancelled it (`dayflow cancel`, the dashboard): not a failure of this command's run to mend.
+        kept = (f"its {result.steps} committed step(s) are kept (a fork goes on from them: dayflow fork "
+                f"{result.run_id} --at {result.steps} --run)" if result.steps else "no step was committed")
+        print(f"dayflow: run {result.run_id} {printable(result.error or 'cancelled')}; {kept}", file=sys.stderr)
+        return 3
     advice = f"; continue with: dayflow resume {result.run_id}" if result.resume_helps else ""
     print(f"dayflow: run {result.run_id} stopped ({result.status}): {printable(result.error or '')}{advice}",
           file=sys.stderr)

@@ -20,7 +20,7 @@ from .parser import build_parser, mark_query_words
 # command -> the module of ``cli.commands`` that holds its ``cmd_<command>``
 COMMANDS = {
     "brief": "drive", "run": "drive", "resume": "drive", "worker": "drive",
-    "runs": "runs", "show": "runs", "tasks": "runs", "spend": "runs",
+    "runs": "runs", "show": "runs", "cancel": "cancel", "tasks": "runs", "spend": "runs",
     "search": "search",
     "pending": "approvals", "approve": "approvals", "deny": "approvals",
     "fork": "travel", "diff": "travel", "export": "travel", "import": "travel",

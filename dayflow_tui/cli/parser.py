@@ -25,6 +25,7 @@ _seconds = values.argument(values.seconds, most=values.DAY_S)
 _dollars = values.argument(values.dollars, above_zero=True)
 _age = values.argument(values.age)
 _step_number = values.argument(values.whole, most=1_000_000)
+_priority = values.argument(values.priority)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     brief.add_argument("--task", help="what to ask the agent (default: the daily brief)")
     brief.add_argument("--queue", action="store_true",
                        help="only add the run to the queue and print its id; a `dayflow worker` drives it")
+    _add_priority(brief)
 
     run = sub.add_parser("run", parents=[common, driving], help="start a run of your own agent (MODULE:ATTR or "
                          "path/to/file.py:ATTR) and print its answer")
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model name, or 'offline' (default: the agent's, else as for brief)")
     run.add_argument("--queue", action="store_true",
                      help="only add the run to the queue and print its id; a `dayflow worker` drives it")
+    _add_priority(run)
 
     worker = sub.add_parser("worker", parents=[common], help="drive queued and interrupted runs")
     worker.add_argument("--once", action="store_true", help="take what is waiting now, then exit")
@@ -166,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "tool results as stored, the reply body as the API sent it, tokens")
     raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
 
+    cancel = sub.add_parser("cancel", parents=[common], help="stop a run for good: its call in flight is kept, "
+                            "no new call starts, its pending tools do not run")
+    cancel.add_argument("run_id", metavar="RUN_ID", help="a run id, or the start of one")
+    cancel.add_argument("--reason", metavar="TEXT", help="why (kept with the run, shown by runs, show and the "
+                        "dashboard)")
+    cancel.add_argument("--as", metavar="NAME", dest="canceller",
+                        help="who cancels (default: the user setting, else your login name; @host is added)")
+
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
     _add_approval_commands(sub, common)
@@ -182,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     prices.add_argument("--json", action="store_true", help="machine-readable output")
     _describe_commands(sub)
     return parser
+
+
+def _add_priority(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--priority", type=_priority, default=0, metavar="N",
+                         help="workers take runs of a higher priority first, then the oldest (a whole number, "
+                         "negative allowed; default 0)")
 
 
 def _describe_commands(sub) -> None:

@@ -56,6 +56,14 @@ def whole(raw: Any, *, least: int = 0, most: int = LARGEST_INT) -> int:
     return value
 
 
+PRIORITY_MOST = 1_000_000
+
+
+def priority(raw: Any) -> int:
+    """A run's priority: a whole number, negative allowed (claims take higher first; 0 is the default)."""
+    return whole(raw, least=-PRIORITY_MOST, most=PRIORITY_MOST)
+
+
 def positive(raw: Any, *, most: int = LARGEST_INT) -> int:
     """A whole number above 0: a limit, a step count, a token budget."""
     return whole(raw, least=1, most=most)

@@ -16,7 +16,7 @@ from . import driver_imports  # first: Peewee is imported without the drivers SQ
 from .dialect import CHANGE_SLOTS, is_url, safe_url
 from .api import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
-                     pid_alive, process_start_time)
+                     pid_alive, process_start_time, still_refused)
 from .models import Run, Step, Task
 from .retry import attempt_number, is_connection_error
 from .schema import MIGRATIONS, SCHEMA_VERSION
@@ -38,5 +38,5 @@ __all__ = [
     "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
     "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
-    "process_start_time", "safe_url", "spool_reply", "step_blocks",
+    "process_start_time", "safe_url", "spool_reply", "step_blocks", "still_refused",
 ]

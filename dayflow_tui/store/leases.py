@@ -187,9 +187,10 @@ def still_refused(run: Run) -> None:
     """Raise when a run waits for a person's decision (the decision continues it, not a claim), or was
     cancelled (nothing continues it: a fork of it is a new run)."""
     if run.status == RunStatus.CANCELLED.value:
+        after = (f"to go on from its {run.step_count} step(s), fork it: dayflow fork {run.id} --at "
+                 f"{run.step_count} --run" if run.step_count else "nothing ran: start a new run")
         raise RunCancelled(printable(f"run {run.id} was {cancel_words(run.cancelled_by, run.cancel_reason)}; a "
-                                     f"cancelled run is not resumed (to go on from its steps, fork it: "
-                                     f"dayflow fork {run.id} --at {run.step_count} --run)"))
+                                     f"cancelled run is not resumed ({after})"))
     if run.status == RunStatus.WAITING.value:
         raise RunBusy(f"run {run.id} waits for a decision on a tool call: see `dayflow pending`, then "
                       f"`dayflow approve {run.id}` or `dayflow deny {run.id} --reason ...`")

@@ -47,7 +47,9 @@ def run_json(line: RunLine) -> dict:
             "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
             "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,
             **run_cost_json(line.cost, r.budget_usd), "error": r.error, "parent_id": r.parent_id,
-            "forked_at": r.forked_at, "agent": r.agent or "brief"}
+            "forked_at": r.forked_at, "agent": r.agent or "brief", "priority": r.priority or 0,
+            "cancel": None if r.cancel_at is None else {"at": r.cancel_at, "by": r.cancelled_by,
+                                                        "reason": r.cancel_reason}}
 
 
 @dataclass(frozen=True)

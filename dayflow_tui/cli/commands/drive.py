@@ -19,14 +19,15 @@ def cmd_brief(args: argparse.Namespace) -> int:
     if args.queue:
         run_id = queue_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model, budget_tokens=args.budget,
                              max_steps=args.max_steps or DEFAULT_MAX_STEPS, compact_at=args.compact_at,
-                             budget_usd=args.budget_usd)
+                             budget_usd=args.budget_usd, priority=args.priority)
         print(run_id)
-        print(f"[queued {run_id}] a `dayflow worker` on this database will drive it", file=sys.stderr)
+        at = f" at priority {args.priority}" if args.priority else ""
+        print(f"[queued {run_id}]{at} a `dayflow worker` on this database will drive it", file=sys.stderr)
         return 0
     options = driving_options(args)
     result = waiting_out_rate_limits(
         lambda: run_brief(store, user_msg=args.task or DEFAULT_TASK, model=args.model,
-                          max_steps=args.max_steps or DEFAULT_MAX_STEPS,
+                          max_steps=args.max_steps or DEFAULT_MAX_STEPS, priority=args.priority,
                           on_start=lambda rid: print(f"[run {rid}]", file=sys.stderr, flush=True), **options),
         store, options)
     return finish(result)
@@ -44,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.queue:
         run_id = queue_brief(store, user_msg=args.task, model=args.model, budget_tokens=args.budget,
                              max_steps=args.max_steps, compact_at=args.compact_at, budget_usd=args.budget_usd,
-                             agent=agent, agent_ref=ref)
+                             agent=agent, agent_ref=ref, priority=args.priority)
         print(run_id)
         print(f"[queued {run_id}] agent {printable(agent.name)}: a `dayflow worker` on this database will drive it",
               file=sys.stderr)
@@ -52,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = driving_options(args)
     result = waiting_out_rate_limits(
         lambda: run_brief(store, user_msg=args.task, model=args.model, max_steps=args.max_steps, agent=agent,
+                          priority=args.priority,
                           agent_ref=ref, on_start=lambda rid: print(f"[run {rid}] agent {printable(agent.name)}",
                                                                     file=sys.stderr, flush=True), **options),
         store, options)

@@ -34,6 +34,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             line += f"  budget={budget.replace(' ', '')}"
         if r.agent and r.agent != "brief":
             line += f"  agent={printable(r.agent)}"
+        if r.priority:
+            line += f"  priority={r.priority}"
+        if r.cancel_at and r.status != "cancelled":
+            line += "  cancel asked"
         if r.parent_id and not depth:
             line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
         elif r.parent_id:

@@ -80,7 +80,7 @@ def cancel_run(store: StoreHandle, run_id: str, *, by: str, reason: str | None) 
 
 def _ended(run: Run) -> str:
     if run.status == RunStatus.CANCELLED.value:
-        return printable(f"run {run.id} was {cancel_words(run.cancelled_by, run.cancel_reason)} already")
+        return printable(f"run {run.id} is cancelled already ({cancel_words(run.cancelled_by, run.cancel_reason)})")
     if run.status == RunStatus.DONE.value:
         return f"run {run.id} is done already; nothing to cancel"
     return (f"run {run.id} has ended ({run.status}) and nothing drives it; nothing to cancel "
