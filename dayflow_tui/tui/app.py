@@ -315,6 +315,8 @@ class DayflowApp(App):
             return "it waits for a decision on a tool call (a approves, D denies)"
         if status == "done":
             return "done: nothing to resume"
+        if status == "cancelled":
+            return "cancelled: a fork (F in its transcript) goes on from its steps"
         if self.driving == run.id or (self.is_driving and self.driving is None):
             return "being driven here"
         if status == "running" and owner_alive(run):

@@ -22,6 +22,8 @@ RUN_LIST = [
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
     Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
+    Binding("C", "cancel_run", "Cancel run", key_display="C", id="cancel-run",
+            tooltip="Cancel the highlighted run for good (after a confirm): a call in flight is kept, nothing more runs"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
 ]
 
@@ -55,6 +57,8 @@ TRANSCRIPT = [
             tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
     Binding("E", "edit_call", "Edit & approve", id="edit-call",
             tooltip="Change the arguments of the first call this run waits on, then approve it"),
+    Binding("C", "cancel_run", "Cancel run", key_display="C", id="cancel-run-here",
+            tooltip="Cancel this run for good (after a confirm): a call in flight is kept, nothing more runs"),
 ]
 
 

@@ -19,12 +19,14 @@ STATUS_LOOK: dict[str, tuple[str, str]] = {
     "queued": ("…", "queued"),
     "waiting": ("⏸", "waiting"),
     "forked": ("⑂", "forked"),
+    "cancelled": ("⊘", "cancelled"),
 }
 # Theme colours for statuses shown inside text (the run table takes its colours from styles/run_list.tcss).
 STATUS_STYLES = {"done": "$text-success", "running": "$text-accent", "interrupted": "$text-warning",
                  "failed": "$text-error", "budget": "$text-secondary", "queued": "$text-primary",
-                 "waiting": "$text-warning", "forked": "$text-primary"}
-STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued", "waiting", "forked")
+                 "waiting": "$text-warning", "forked": "$text-primary",
+                 "cancelled": "$text-secondary"}
+STATUS_ORDER = ("done", "running", "interrupted", "failed", "budget", "queued", "waiting", "forked", "cancelled")
 
 
 def status_label(status: str) -> str:

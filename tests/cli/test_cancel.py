@@ -23,6 +23,28 @@ MODEL = "claude-loopback-1"
 CHIMES = [{"type": "tool_use", "id": f"toolu_chime{i}", "name": "chime", "input": {}} for i in (1, 2)]
 
 
+GATED_AGENT = '''
+import os, time
+from dayflow_tui.agent.define import Agent, tool
+
+def note(line):
+    with open(os.environ["LEDGER"], "a") as fh:
+        fh.write(line + "\\n")
+
+@tool
+def chime() -> dict:
+    """Sound the chime: a side effect that waits for the test's go (a file) before it ends."""
+    note("chime start")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["GO"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    note("chime done")
+    return {"ok": True}
+
+agent = Agent(name="gated", system="You sound chimes.", tools=(chime,), max_steps=4, task="Chime.")
+'''
+
+
 def runs(db: str, env: dict) -> list[dict]:
     return json.loads(dayflow("runs", "--json", db=db, env=env).stdout)
 
@@ -98,11 +120,12 @@ def test_a_call_in_flight_on_another_hosts_worker_is_kept_and_its_tools_never_ru
 
 
 def test_cancel_while_tools_run_stops_before_the_next_tool(db_target, tmp_path):
-    book = tmp_path / "ledger"
-    ref = write_agent(tmp_path / "office.py")
+    book, go = tmp_path / "ledger", tmp_path / "go"
+    (tmp_path / "gated.py").write_text(GATED_AGENT)
+    ref = f"{tmp_path / 'gated.py'}:agent"
     with LoopbackAPI() as api:
         api.planned[1] = message_reply(CHIMES, "tool_use")
-        env = cli_env(**api.env(), LEDGER=str(book), SLOW_CHIME="4")
+        env = cli_env(**api.env(), LEDGER=str(book), GO=str(go))
         driving = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", db_target), env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
@@ -110,6 +133,7 @@ def test_cancel_while_tools_run_stops_before_the_next_tool(db_target, tmp_path):
             [run] = runs(db_target, env)
             asked = dayflow("cancel", run["id"], db=db_target, env=env)
             assert asked.returncode == 0 and "cancel asked" in text(asked.stdout), text(asked.stderr)
+            go.write_text("go")  # the first tool ends now, after the cancel was asked
             out, err = driving.communicate(timeout=60)
         finally:
             if driving.poll() is None:

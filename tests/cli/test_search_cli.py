@@ -185,7 +185,9 @@ def test_a_status_alone_lists_the_runs_in_that_status_for_every_status(db_target
     heartbeat(store, lease)  # on today's clock: the other processes see a live owner
     demo_data.waiting_run(store, "run-wait-0001", demo_data.BASE_TIME)
     store.fork_run("run-done-0001", ForkPlan(at=1), run_id="run-fork-0001")
-    expected = {"done": {"run-done-0001"}, "budget": {"run-budget-01"}, "failed": {"run-failed-01"},
+    store.create_run("to cancel", model="offline", run_id="run-cancel-01")
+    store.cancel_run("run-cancel-01", by="someone@desk", reason="not needed")
+    expected = {"cancelled": {"run-cancel-01"}, "done": {"run-done-0001"}, "budget": {"run-budget-01"}, "failed": {"run-failed-01"},
                 "interrupted": {"run-crash-001"}, "queued": {"run-queued-01"}, "running": {"run-live-0001"},
                 "waiting": {"run-wait-0001"}, "forked": {"run-fork-0001"}}
     try:

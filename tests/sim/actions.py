@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 from .agent_file import IDEMPOTENT, PLAIN, READ_ONLY, AgentSpec
+from .cancel_actions import cancel
 from .plan import Action
 from .scripted_model import MODEL
 from .world import Proc, World, choose, read_ledger, read_snapshot, runs_with
@@ -79,7 +80,8 @@ def perform(world: World, action: Action) -> list[str]:
                     "(an empty prefix matches every hash: expected a usage error, exit 64, the call still waiting)"]
         return []
     if verb == "fork":
-        candidates = [r for r in runs_with(snap, {"done", "failed", "waiting", "budget", "running", "forked"})
+        candidates = [r for r in runs_with(snap, {"done", "failed", "waiting", "budget", "running", "forked",
+                                                  "cancelled"})
                       if snap.runs[r]["step_count"] >= 1]
         run_id = choose(candidates, action.pick)
         if run_id is None:
@@ -95,6 +97,8 @@ def perform(world: World, action: Action) -> list[str]:
         return []
     if verb == "edit_agent":
         return _edit_and_probe(world, action, snap)
+    if verb == "cancel":
+        return cancel(world, action, snap)
     if verb == "race":
         run_id = choose(runs_with(snap, {"running", "queued", "failed"}), action.pick)
         if run_id is None:

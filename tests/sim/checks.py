@@ -243,7 +243,7 @@ def check_calls(world: World, final: bool) -> list[str]:
 
 
 def check_verdicts(snapshot: Snapshot) -> list[str]:
-    """Once settled, every run has a verdict: done, failed with why, waiting, or out of budget."""
+    """Once settled, every run has a verdict: done, failed with why, waiting, out of budget, or cancelled."""
     problems = []
     for run in snapshot.runs.values():
         if run["status"] not in VERDICTS:

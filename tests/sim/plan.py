@@ -30,6 +30,7 @@ VERBS = {
     "fork": 4,           # dayflow fork RUN --at K, then resume the fork (or fork --run)
     "edit_agent": 4,     # the agent file edited (a tool's kind, its approval flag, the prompt), then a resume
     "race": 2,           # dayflow resume RUN and dayflow worker --once started together
+    "cancel": 3,         # dayflow cancel RUN: of a run at rest, or of a new run while it is driven (then killed)
 }
 DRIVING = {"start", "resume", "worker", "approve", "approve_one", "deny", "edit_approve", "fork", "race"}
 # Where a kill -9 is aimed: inside a tool body (the ledger's start line), inside a commit (the trace's
@@ -110,6 +111,10 @@ def draw_action(rng: random.Random, backend: str) -> Action:
             fault = (kind, round(rng.uniform(0.2, 2.0), 2), 1)
         else:
             fault = (kind, 0.0, 1)
+    if verb == "cancel":
+        # A kill here is aimed at the driver just after the cancel (cancel_actions.py); no fault is laid.
+        kill = ("after-cancel", 1, round(rng.random(), 3)) if rng.random() < 0.5 else None
+        fault = None
     if verb == "race":
         fault = None  # two processes at once carry no fault of their own (drawn anyway: seeds replay alike)
     return Action(verb, round(rng.random(), 3), round(rng.random(), 3), kill, fault,

@@ -25,6 +25,7 @@ import hashlib
 import json
 import random
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -41,6 +42,8 @@ class Request:
     tag: str  # the process that sent it
     status: int  # what it was answered (200: a paid reply)
     step: int  # which step of its run it asked for (assistant turns sent + 1)
+    task: str = ""  # the run's task (its first user message): which run asked, unless a fork shares it
+    arrived: float = 0.0  # time.monotonic() when the request arrived
 
 
 class ScriptedModel:
@@ -132,7 +135,13 @@ class ScriptedModel:
 
     # -- HTTP ----------------------------------------------------------------
 
+    def paid_for(self, task: str, since: float) -> int:
+        """Paid calls of the run with ``task`` that arrived after ``since`` (a ``time.monotonic()``)."""
+        with self._lock:
+            return sum(1 for r in self.requests if r.status == 200 and r.task == task and r.arrived > since)
+
     def _answer(self, tag: str, body: dict) -> tuple[int, dict, dict]:
+        arrived = time.monotonic()
         messages = body.get("messages") or []
         step = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant") + 1
         found = request_problems(messages)
@@ -154,7 +163,8 @@ class ScriptedModel:
                 self.server.stopping.wait(self.delay)
             reply = (200, {}, self.reply(body))
         with self._lock:
-            self.requests.append(Request(tag, reply[0], step))
+            first = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
+            self.requests.append(Request(tag, reply[0], step, first if isinstance(first, str) else "", arrived))
         return reply
 
     def _handler(self):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .actions import perform, settle
+from .cancel_actions import check_cancels
 from .checks import check_calls, check_process, check_verdicts, check_world
 from .plan import Plan
 from .scripted_model import ScriptedModel
@@ -50,7 +51,8 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
             problems = perform(world, action)
             for proc in world.procs[first_proc:]:
                 problems += check_process(proc)
-            problems += check_world(world, read_snapshot(world.db))
+            snapshot = read_snapshot(world.db)
+            problems += check_world(world, snapshot) + check_cancels(world, snapshot)
             if problems:
                 outcome.problems += [f"after action {index + 1} ({action}): {p}" for p in problems]
                 break
@@ -59,7 +61,7 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
             settle(world)
             problems = [p for proc in world.procs[first_proc:] for p in check_process(proc)]
             snapshot = read_snapshot(world.db)
-            problems += check_world(world, snapshot) + check_verdicts(snapshot)
+            problems += check_world(world, snapshot) + check_cancels(world, snapshot) + check_verdicts(snapshot)
             outcome.problems += [f"after settling: {p}" for p in problems]
         time.sleep(LATE_REQUEST_S)
         outcome.problems += [f"calls: {p}" for p in check_calls(world, final=True)]

@@ -33,7 +33,7 @@ PROCESS_TIMEOUT_S = 120.0  # a process still running after this is in a retry lo
 BODY_PAUSE_S = 0.25  # how long a side-effecting body sleeps when a kill is aimed into it
 COMMIT_PAUSE_S = 0.05
 API_DELAY_S = 0.25
-VERDICTS = {"done", "failed", "waiting", "budget"}
+VERDICTS = {"done", "failed", "waiting", "budget", "cancelled"}
 
 
 @dataclass
@@ -168,6 +168,9 @@ class World:
         self.decisions: dict[tuple[str, str], str] = {}  # (run, call) -> the decision a process committed
         self.seen_steps: dict[tuple[str, int], dict] = {}
         self.seen_decisions: dict[tuple[str, str], tuple] = {}
+        # run -> (time.monotonic() when a `dayflow cancel` of it had exited 0, its step count read just after)
+        self.cancels: dict[str, tuple[float, int]] = {}
+        self.seen_cancelled: set[str] = set()
 
     # -- the agent ---------------------------------------------------------
 

@@ -19,6 +19,7 @@ from ..widgets.run_preview import MIN_WIDTH, RunPreview
 from ..widgets.run_table import RunFilter, RunTable, header_text
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
+from .cancel import CancelsRuns
 
 POLL_EVERY_S = 0.5
 FILTERS = (None, *formatting.STATUS_ORDER)
@@ -32,9 +33,9 @@ class ColumnHeader(Widget):
         return header_text(max(self.size.width, 1))
 
 
-class RunListScreen(bindings.SyncedBindings, Screen):
+class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
     BINDINGS = bindings.RUN_LIST
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "open")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "open", "cancel_run")
 
     def __init__(self, *, status: str | None = None) -> None:
         super().__init__(id="run-list")
@@ -194,9 +195,14 @@ class RunListScreen(bindings.SyncedBindings, Screen):
         if action in ("resume", "resume_with_budget"):
             run = self.table.current if self.is_mounted and self.query(RunTable) else None
             return run is not None and not self.app.resume_blocker(run)  # left out of the footer otherwise
+        if action == "cancel_run":  # in the footer only on a run it applies to
+            return self.is_mounted and bool(self.query(RunTable)) and self.can_cancel()
         if action == "open":
             return True if self.is_mounted and self.query(RunTable) and self.table.current is not None else None
         return True
+
+    def run_to_cancel(self):
+        return self.table.current if self.is_mounted and self.query(RunTable) else None
 
     def on_key(self, event) -> None:
         self.explain_refused_resume(event, self.table.current if self.query(RunTable) else None)

@@ -31,6 +31,7 @@ from ..widgets.step_detail import StepDetail
 from ..widgets.step_list import StepList, step_prompt
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
+from .cancel import CancelsRuns
 from .time_travel import ForkDialog, fork_in_worker
 from .transcript_decisions import DecidesWaitingCalls
 from .transcript_panes import StepPanes
@@ -53,12 +54,12 @@ LONG_RUN_STEPS = 500
 MODES = ("detail", "raw", "request")
 
 
-class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, DecidesWaitingCalls, Screen):
+class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, DecidesWaitingCalls, CancelsRuns, Screen):
     BINDINGS = bindings.TRANSCRIPT
     # On a narrow terminal these keys leave the footer first (after the everywhere-keys): on a waiting
     # run, a D E are what the reader came for.
     FOOTER_LEAVE_OUT = ("next_request", "raw", "expand")
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call", "cancel_run")
 
     def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
         super().__init__(classes="transcript")
@@ -336,7 +337,12 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
             return self.run is not None and self.app.resume_blocker(self.run) is None
         if action in ("approve", "deny", "edit_call"):
             return True if self._waiting_calls() else False  # shown only while the run waits for a person
+        if action == "cancel_run":
+            return self.can_cancel()  # not on a run that has ended
         return True
+
+    def run_to_cancel(self) -> Run | None:
+        return self.run
 
     def action_fork(self) -> None:
         """Fork at the highlighted step (the brief line: at the last step)."""

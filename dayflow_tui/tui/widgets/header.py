@@ -19,9 +19,9 @@ from ...safe_text import one_line, printable
 from .. import formatting
 
 # The order counts are read in, and (second) how long each stays as the terminal narrows: lower stays longer.
-COUNT_ORDER = ("waiting", "running", "interrupted", "failed", "budget", "queued", "done", "forked")
+COUNT_ORDER = ("waiting", "running", "interrupted", "failed", "budget", "queued", "done", "forked", "cancelled")
 COUNT_PRIORITY = {"waiting": 2, "interrupted": 4, "failed": 5, "running": 6, "budget": 7, "queued": 8,
-                  "done": 9, "forked": 10}
+                  "done": 9, "forked": 10, "cancelled": 11}
 
 
 @dataclass(frozen=True)

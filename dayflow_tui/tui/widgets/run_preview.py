@@ -52,6 +52,11 @@ def preview_content(preview: Preview) -> Content:
         else:
             who = f"held by {holder(run)} ({'alive' if owner_alive(run) else 'gone'})"
         parts += [(f"{who}, heartbeat {formatting.ago(run.heartbeat_at)}", "$text-muted"), "\n"]
+    if getattr(run, "priority", 0):
+        parts += [(f"priority {printable(run.priority)} (workers take higher first)", "$text-muted"), "\n"]
+    if getattr(run, "cancel_at", None) and run.status != "cancelled":
+        asked = f"cancel asked by {run.cancelled_by}" + (f": {one_line(run.cancel_reason, 200)}" if run.cancel_reason else "")
+        parts += [(printable(asked), "bold $text-warning"), "\n"]
     if getattr(run, "parent_id", None):
         parts += [(f"⑂ fork of {printable(run.parent_id)} at step {run.forked_at}", "$text-muted"), "\n"]
     parts += [("started ", "$text-muted"), formatting.started(run.created_at), ("  ·  last activity ", "$text-muted"),

@@ -97,6 +97,7 @@ class RunTable(ScrollView, can_focus=True):
         "run-table--queued",
         "run-table--waiting",
         "run-table--forked",
+        "run-table--cancelled",
         "run-table--dim",
     }
     BINDINGS = bindings.line_cursor(letters=True) + [

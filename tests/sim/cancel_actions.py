@@ -1,0 +1,110 @@
+"""Cancel in the simulation: ``dayflow cancel`` at a random moment, of a run at rest or of one a process drives
+(a process that is then killed, now and then), and what must hold of a cancelled run from then on.
+
+The promises (README, "Cancel and priorities"): a cancel of a run that has ended is refused (exit 4) and changes
+nothing; one of a run at rest cancels it at once; one of a run a live process drives is asked, its call in flight
+finishes and is committed, and after the cancel is committed the run gets at most that one call, whoever drives
+it next (a killed driver's successor sees the cancel at its claim); a cancelled run stays cancelled.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .plan import Action
+from .scripted_model import MODEL
+from .world import API_DELAY_S, Snapshot, World, choose, read_snapshot
+
+ENDED = {"done", "failed", "budget", "cancelled"}
+# How long a new run's driver may take to record it, before the cancel is given anyway.
+FIND_RUN_S = 15.0
+
+
+def cancel(world: World, action: Action, snap: Snapshot) -> list[str]:
+    """``pick2`` < 0.5: cancel a run at rest (any run, ended ones included); else one a process drives."""
+    if action.pick2 < 0.5:
+        ids = sorted(snap.runs, key=lambda i: (str(snap.runs[i]["created_at"]), i))
+        run_id = choose(ids, action.pick)
+        if run_id is None:
+            world.outcome.skipped += 1
+            return []
+        return _cancel_at_rest(world, run_id, snap)
+    return _cancel_while_driven(world, action, snap)
+
+
+def _cancel_at_rest(world: World, run_id: str, snap: Snapshot) -> list[str]:
+    before = snap.runs[run_id]
+    proc = world.run_one("cancel", run_id, "--reason", "sim: stop")
+    after = read_snapshot(world.db).runs[run_id]
+    if before["status"] in ENDED:
+        if proc.exit_code != 4 or after["status"] != before["status"] or after["cancel_at"] != before["cancel_at"]:
+            return [f"{proc.tag}: `cancel` of a {before['status']} run {run_id} exited {proc.exit_code} and left it "
+                    f"{after['status']} (expected a refusal, exit 4, the run unchanged)"]
+        return []
+    if proc.exit_code != 0 or after["status"] != "cancelled":
+        # Nothing drives it (every process of the world has ended): it is cancelled at once.
+        return [f"{proc.tag}: `cancel` of {before['status']} run {run_id} at rest exited {proc.exit_code} and "
+                f"left it {after['status']}: {proc.err.strip()[-160:]}"]
+    world.cancels.setdefault(run_id, (time.monotonic(), after["step_count"]))
+    return []
+
+
+def _cancel_while_driven(world: World, action: Action, snap: Snapshot) -> list[str]:
+    """A new run driven by ``dayflow run`` (calls held in flight), cancelled after a random wait; with a kill,
+    the driver is killed a moment after the cancel (before or after it saw it)."""
+    task = f"sim task {len(snap.runs) + 1}: {world.plan.seed}"
+    driver = world.new_proc("run", f"{world.agent_path}:agent", task, "--model", MODEL)
+    driver.steps_before = snap.paid_steps()
+    world.model.delay = API_DELAY_S
+    popen = world.spawn(driver)
+    problems: list[str] = []
+    try:
+        deadline = time.monotonic() + FIND_RUN_S
+        run_id = None
+        while run_id is None and time.monotonic() < deadline and popen.poll() is None:
+            run_id = next((r for r, row in read_snapshot(world.db).runs.items() if row["user_msg"] == task), None)
+            time.sleep(0.02)
+        if run_id is None:
+            world.outcome.skipped += 1
+        else:
+            time.sleep(action.pick * 1.2)  # a random moment: in a call, in its tools, in a commit, or after
+            proc = world.run_one("cancel", run_id, "--as", "sim-canceller")
+            world.model.delay = API_DELAY_S  # run_one put it back to 0; the driver's calls stay in flight
+            after = read_snapshot(world.db).runs[run_id]
+            if proc.exit_code == 0:
+                world.cancels.setdefault(run_id, (time.monotonic(), after["step_count"]))
+            elif proc.exit_code != 4:
+                problems.append(f"{proc.tag}: `cancel` of run {run_id} while driven exited {proc.exit_code}: "
+                                f"{proc.err.strip()[-160:]}")
+            if action.kill:
+                time.sleep(action.kill[2] * 0.5)
+                driver.kill_aim = "after-cancel"
+                world.kill(driver, popen)
+    finally:
+        world.finish(driver, popen)
+        world.model.delay = 0.0
+        driver.steps_after = read_snapshot(world.db).paid_steps()
+    if not driver.killed and driver.exit_code not in (0, 3):
+        problems.append(f"{driver.tag}: the driver of a run cancelled while it drove exited {driver.exit_code}: "
+                        f"{driver.err.strip()[-160:]}")
+    return problems
+
+
+def check_cancels(world: World, snapshot: Snapshot) -> list[str]:
+    """After its cancel is committed a run gets at most one model call (the one in flight, or one begun as the
+    cancel landed) and at most one step; a cancelled run stays cancelled."""
+    problems = []
+    tasks = [row["user_msg"] for row in snapshot.runs.values()]
+    for run_id, (at, steps) in world.cancels.items():
+        run = snapshot.runs[run_id]
+        if run["step_count"] > steps + 1:
+            problems.append(f"run {run_id} was cancelled at step {steps} and went on to step {run['step_count']}")
+        if tasks.count(run["user_msg"]) == 1:  # a fork shares its parent's task: its calls are not told apart
+            calls = world.model.paid_for(run["user_msg"], at)
+            if calls > 1:
+                problems.append(f"run {run_id} got {calls} model calls after its cancel was committed")
+    for run_id in world.seen_cancelled:
+        if snapshot.runs[run_id]["status"] != "cancelled":
+            problems.append(f"cancelled run {run_id} became {snapshot.runs[run_id]['status']}")
+    world.seen_cancelled |= {r for r, row in snapshot.runs.items() if row["status"] == "cancelled"}
+    return problems
