@@ -13,11 +13,14 @@ import time
 
 from .plan import Action
 from .scripted_model import MODEL
-from .world import API_DELAY_S, Snapshot, World, choose, read_snapshot
+from .world import Snapshot, World, choose, read_snapshot
 
 ENDED = {"done", "failed", "budget", "cancelled"}
-# How long a new run's driver may take to record it, before the cancel is given anyway.
-FIND_RUN_S = 15.0
+# How long the server holds each call of a run cancelled while driven: longer than a `dayflow cancel` takes to
+# start, so the cancel lands in the run (in a call, its tools or a commit), not after it.
+CALL_S = 1.0
+# How long a new run's driver may take to record it (a loaded machine takes seconds to start one).
+FIND_RUN_S = 60.0
 
 
 def cancel(world: World, action: Action, snap: Snapshot) -> list[str]:
@@ -55,7 +58,7 @@ def _cancel_while_driven(world: World, action: Action, snap: Snapshot) -> list[s
     task = f"sim task {len(snap.runs) + 1}: {world.plan.seed}"
     driver = world.new_proc("run", f"{world.agent_path}:agent", task, "--model", MODEL)
     driver.steps_before = snap.paid_steps()
-    world.model.delay = API_DELAY_S
+    world.model.delay = CALL_S
     popen = world.spawn(driver)
     problems: list[str] = []
     try:
@@ -67,9 +70,10 @@ def _cancel_while_driven(world: World, action: Action, snap: Snapshot) -> list[s
         if run_id is None:
             world.outcome.skipped += 1
         else:
-            time.sleep(action.pick * 1.2)  # a random moment: in a call, in its tools, in a commit, or after
-            proc = world.run_one("cancel", run_id, "--as", "sim-canceller")
-            world.model.delay = API_DELAY_S  # run_one put it back to 0; the driver's calls stay in flight
+            time.sleep(action.pick * CALL_S * 1.5)  # a random moment: in a call, its tools, a commit, or after
+            # Not run_one: that sets the server's hold for its own process; the driver's calls stay held.
+            proc = world.new_proc("cancel", run_id, "--as", "sim-canceller")
+            world.finish(proc, world.spawn(proc))
             after = read_snapshot(world.db).runs[run_id]
             if proc.exit_code == 0:
                 world.cancels.setdefault(run_id, (time.monotonic(), after["step_count"]))

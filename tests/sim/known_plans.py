@@ -50,13 +50,15 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
         # kill must land after the grandparent's start mark), and every time the fork's journal is looked at.
         ("a fork of a fork ran a plain call again that the grandparent had started before it was made",
          Plan.from_json(_FORK_OF_FORK.replace('"BACKEND"', json.dumps(backend)))),
-        # Cancel (issue #29), met every time: of a run while it is driven, its driver killed a moment after;
-        # then of an ended run (refused) and of the newest run (cancelled already, or at rest with its cancel
-        # asked of a driver that died); a worker settles it; a fork of a cancelled run goes on.
+        # Cancel (issue #29), met every time: of a run while it is driven (it fails with a driver that ignores
+        # the cancel), then of another whose driver is killed a moment after; of an ended run (refused) and of
+        # the newest run (cancelled already, or at rest with its cancel asked of a driver that died); a worker
+        # settles it; a fork of a cancelled run goes on.
         ("cancel while driven, the driver killed after; cancels at rest; a fork of a cancelled run",
          Plan("known:cancel", backend,
               AgentSpec((_LOOK, ToolSpec("put_0", IDEMPOTENT, "idempotent"), ToolSpec("send_0", PLAIN, "plain"))),
-              (Action("start"), Action("cancel", pick=0.4, pick2=0.9, kill=("after-cancel", 1, 0.3)),
+              (Action("start"), Action("cancel", pick=0.1, pick2=0.9),
+               Action("cancel", pick=0.4, pick2=0.9, kill=("after-cancel", 1, 0.3)),
                Action("cancel", pick=0.0, pick2=0.1), Action("cancel", pick=0.99, pick2=0.1), Action("worker"),
                Action("fork", pick=0.99, pick2=0.2)))),
     ]
