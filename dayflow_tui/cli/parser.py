@@ -236,7 +236,7 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
     prune.add_argument("--older-than", type=_age, required=True, metavar="AGE",
                        help="runs last changed longer ago than AGE: 90s, 30m, 12h, 7d, 2w")
     prune.add_argument("--status", default="done", metavar="S[,S...]",
-                       help="which runs: done (default), failed, budget, comma-separated")
+                       help="which runs: done (default), failed, budget, cancelled, comma-separated")
     prune.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     prune.add_argument("--archive", metavar="FILE",
                        help="first write the runs as JSONL (`dayflow import FILE` restores them)")

@@ -36,8 +36,9 @@ from .tables.database import db_now
 if TYPE_CHECKING:
     from .handle import StoreHandle
 
-# States a person may prune. Queued and running runs are waiting for or being driven by a worker.
-PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET)
+# States a person may prune. Queued and running runs are waiting for or being driven by a worker; a cancelled
+# run is final (a run whose cancel is only asked is still running, and stays).
+PRUNABLE = (RunStatus.DONE, RunStatus.FAILED, RunStatus.BUDGET, RunStatus.CANCELLED)
 DEFAULT_PRUNE = (RunStatus.DONE,)
 _CHUNK = 200
 # The tables whose bytes a vacuum reports and (PostgreSQL) analyzes.
@@ -101,7 +102,7 @@ def prunable_runs(store: "StoreHandle", *, older_than: timedelta, statuses: Iter
     """Runs in ``statuses`` whose last change is older than ``older_than``, oldest first."""
     wanted = [RunStatus(s).value for s in statuses]
     if any(RunStatus(s) not in PRUNABLE for s in wanted):
-        raise UsageError("only done, failed and budget runs can be pruned")
+        raise UsageError(f"only {', '.join(s.value for s in PRUNABLE)} runs can be pruned")
     cutoff = db_now(store, -older_than.total_seconds())  # the clock updated_at was stamped with
     text = (_octets(store, Run.user_msg) + fn.COALESCE(_octets(store, Run.final_text), 0)
             + fn.COALESCE(_octets(store, Run.error), 0))

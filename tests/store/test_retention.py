@@ -134,6 +134,20 @@ def test_dry_run_shows_what_prune_then_removes_and_nothing_else(db_target, monke
     assert again.returncode == 0 and "nothing to prune" in again.stderr
 
 
+def test_a_cancelled_run_is_pruned_when_named_and_one_asked_to_stop_is_not(db_path):
+    store = open_store(db_path)
+    store.create_run("cancel me", model="offline", run_id="prune-canc-01")
+    store.cancel_run("prune-canc-01", by="ana@desk", reason="old")
+    _run, lease = store.create_claimed_run("still driven", model="offline", run_id="prune-canc-02")
+    store.cancel_run("prune-canc-02", by="ana@desk")  # asked: it stays running until its driver sees it
+    store.close()
+    for run_id in ("prune-canc-01", "prune-canc-02"):
+        _age_run(str(db_path), run_id, days=40)
+    result = dayflow("prune", "--older-than", "30d", "--status", "cancelled", db=str(db_path))
+    assert result.returncode == 0, result.stderr
+    assert [r["id"] for r in rows(str(db_path), "runs")] == ["prune-canc-02"]
+
+
 def test_unfinished_and_queued_runs_cannot_be_named(db_path):
     assert dayflow("brief", db=str(db_path)).returncode == 0
     before = _settled_fingerprint(db_path)
