@@ -208,7 +208,8 @@ class DayflowApp(App):
         names from the database, the model and the user, where ``[@click=app.quit]`` is only text."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
         # The toasts have their own strip (styles/app.tcss): once this one is in it, the screen makes room.
-        self.set_timer(0.05, lambda: self.screen.refresh(layout=True))
+        # (Not once the app is closing: its screens are gone by then, and ``self.screen`` would raise.)
+        self.set_timer(0.05, lambda: self.screen_stack and self.screen.refresh(layout=True))
 
     def remember(self, **values) -> None:
         """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""

@@ -67,16 +67,19 @@ async def test_C_asks_then_cancels_in_a_worker_and_is_offered_only_where_it_appl
             assert (run.cancelled_by, run.cancel_reason) == ("dashboard", "not needed")
             await wait_for(pilot, lambda: reads_done(app) and "cancel_run" not in footer_actions(app))
             await wait_for(pilot, lambda: "⊘ cancelled" in screen_text(app))
-            # In a transcript: offered on a waiting run, and it cancels there too.
+            # In a transcript: it applies to a waiting run (in the footer where there is room: at 80x24 a, D and
+            # E take it, and C is in the help), and it cancels there too.
             await open_run(pilot, "run-wait-0001")
-            await wait_for(pilot, lambda: footer_ready(app) and "cancel_run" in footer_actions(app))
+            await wait_for(pilot, lambda: footer_ready(app) and "approve" in footer_actions(app))
+            assert app.screen.check_action("cancel_run", ()) is True
+            assert ("cancel_run" in footer_actions(app)) == (size[0] >= 100), footer_actions(app)
             await pilot.press("C")
             await wait_for(pilot, lambda: isinstance(app.screen, CancelDialog))
             await pilot.press("enter")
             await wait_for(pilot, lambda: store.get_run("run-wait-0001").status == "cancelled")
             assert store.get_run("run-wait-0001").cancel_reason is None
-            await wait_for(pilot, lambda: footer_ready(app) and "cancel_run" not in footer_actions(app)
-                           and "approve" not in footer_actions(app))
+            await wait_for(pilot, lambda: footer_ready(app) and "approve" not in footer_actions(app))
+            assert app.screen.check_action("cancel_run", ()) is False and "cancel_run" not in footer_actions(app)
     finally:
         store.close()
 

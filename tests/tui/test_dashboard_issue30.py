@@ -103,7 +103,7 @@ async def test_an_empty_filter_says_what_is_filtered_and_F_steps_back(tmp_path):
             assert app.screen.run_filter.status is None
             await pilot.press("F")  # from all, backwards: the last status
             await settle(pilot)
-            await wait_for(pilot, lambda: "No runs in status forked." in screen_text(app))
+            await wait_for(pilot, lambda: "No runs in status cancelled." in screen_text(app))
             await pilot.press("escape")
             await settle(pilot)
             await wait_for(pilot, lambda: "run-done-0001" in screen_text(app))
