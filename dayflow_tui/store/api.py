@@ -36,8 +36,9 @@ from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import approvals, claims, database, forks, resumes, runs, spend, steps, tasks
+from .tables import approvals, claims, database, fleet, forks, resumes, runs, spend, steps, tasks
 from .tables.approvals import CallToAsk
+from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
 from .tables.steps import StepRecord
@@ -189,6 +190,10 @@ class Store:
     def release_backing_off(self, lease: Lease, reason: str, *, wait_s: float) -> None:
         """The model API pushed back (429, 529): give the run up ``queued`` until ``wait_s`` has passed."""
         runs.release_backing_off(self, lease, reason, wait_s=wait_s)
+
+    def fleet_stats(self) -> FleetStats:
+        """Runs by status, the queue's depth and oldest age, runs backing off, the stalest heartbeat held."""
+        return fleet.fleet_stats(self)
 
     def next_retry_at(self) -> float | None:
         """Seconds until the earliest run backing off may be taken (None: none waits)."""
