@@ -103,6 +103,12 @@ class OtelMissing(DayflowError):
     exit_code = 64
 
 
+class MetricsMissing(DayflowError):
+    """Prometheus metrics were asked for, and prometheus-client is not installed (the ``metrics`` extra)."""
+
+    exit_code = 64
+
+
 class QueryError(UsageError):
     """A search query that cannot be used; the message says why, in one line."""
 

@@ -30,7 +30,7 @@ from ..search.query import Query
 from .dialect import Dialect, dialect_for
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
-from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient
+from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
 from .schema import migrate
 from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
@@ -382,7 +382,7 @@ class Store:
 
 def _checked_schema(store: Store, *, create: bool, upgrade: bool) -> None:
     """The schema check (and first migration) under the same reconnect policy as every store call."""
-    deadline = time.monotonic() + RETRY_FOR_S
+    deadline = time.monotonic() + patience_left(RETRY_FOR_S)
     delays = backoff_delays()
     while True:
         try:
