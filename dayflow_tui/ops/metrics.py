@@ -82,11 +82,11 @@ class WorkerMetrics:
         config = current()
         return cls(config.metrics_host, config.metrics_port)
 
-    def serve(self, store: Any) -> str:
-        """Start listening (the gauges read ``store``); the URL to scrape, with the port actually bound."""
+    def serve(self) -> str:
+        """Start listening (before the database is opened: a port in use is refused with nothing written);
+        the URL to scrape, with the port actually bound."""
         from prometheus_client import start_http_server
 
-        self.registry.register(StoreGauges(store))
         telemetry.listen(self.told)
         try:
             self.server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
@@ -97,6 +97,10 @@ class WorkerMetrics:
         port = self.server.server_address[1]
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{port}/metrics"
+
+    def watch(self, store: Any) -> None:
+        """Serve the database-derived gauges of ``store`` from now on."""
+        self.registry.register(StoreGauges(store))
 
     def worker_event(self, event: Any) -> None:
         """A ``WorkerEvent``: a drive ended (or a thread waited out the database)."""

@@ -155,6 +155,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics = _metrics_or_none()  # checked before anything is opened: a missing prometheus-client is one line
     watch_drives()  # the runs it drives send their spans live (setting otel_endpoint); work() checks the SDK first
     log = WorkerLog(on_event=metrics.worker_event if metrics else None)
+    url = metrics.serve() if metrics else None
     stop = threading.Event()
     # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -170,7 +171,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # says it is ready, not inside its first run.
     from ...agent import offline  # noqa: F401
 
-    url = metrics.serve(store) if metrics else None
+    if metrics:
+        metrics.watch(store)
     log.started(args.concurrency, store.label, args.once, url)
     try:
         outcome = work(store, concurrency=args.concurrency, once=args.once, poll_every=args.poll or 1.0,
