@@ -47,6 +47,11 @@ _TRANSIENT_PG = ("connection is closed", "the connection is lost", "server close
 # Admin shutdown, crash shutdown, cannot connect now, connection exceptions; None: the client lost
 # the server before an answer came.
 _TRANSIENT_SQLSTATES = (None, "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300")
+# Connection failures no wait cures (libpq reports them without a SQLSTATE, like a server that is away): a
+# process that waits for the server at start gives up on these at once.
+_NEVER_CURED = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
+                "does not exist", "is not permitted to log in", "could not translate host name",
+                "invalid connection option", "invalid uri", "invalid dsn", "sslmode value")
 # A process that must not give up on a busy server at start (a worker) waits from this, doubling, to at most that.
 _START_FIRST_S = 0.5
 _START_MOST_S = 30.0
@@ -135,13 +140,18 @@ def keep_trying(attempt: Callable[[], Any], *, on_wait: Callable[[int, float, st
             with patience(0.0):
                 return attempt()
         except StoreError as exc:
-            if not is_connection_error(exc):
+            if not is_connection_error(exc) or _never_cured(exc):
                 raise
             tries += 1
             wait = next(delays)
             on_wait(tries, wait, redact_and_cut(str(exc), 300))
             if sleep(wait) is True:
                 raise
+
+
+def _never_cured(exc: BaseException) -> bool:
+    text = " ".join(str(found) for found in (exc, exc.__cause__) if found is not None).lower()
+    return any(marker in text for marker in _NEVER_CURED)
 
 
 def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S):
