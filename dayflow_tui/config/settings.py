@@ -103,6 +103,12 @@ class Settings:
     log_level: str = "info"
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # PostgreSQL connections find a dead peer (a blackhole) in about idle + interval * count seconds, and an
+    # unacknowledged write gives up after tcp_user_timeout; on both sides of the session. 0: the OS default.
+    pg_keepalives_idle_s: int = 30
+    pg_keepalives_interval_s: int = 10
+    pg_keepalives_count: int = 3
+    pg_tcp_user_timeout_s: int = 60
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -215,6 +221,14 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "metrics_port": ("DAYFLOW_METRICS_PORT", values.port_or_off,
                      "a port number (0 to 65535; 0: any free port) or 'off'"),
     "metrics_host": ("DAYFLOW_METRICS_HOST", values.host_name, "a host name or IP address to listen on"),
+    "pg_keepalives_idle_s": ("DAYFLOW_PG_KEEPALIVES_IDLE", lambda raw: values.whole(raw, most=values.DAY_S),
+                             "a whole number of seconds (0: the OS default)"),
+    "pg_keepalives_interval_s": ("DAYFLOW_PG_KEEPALIVES_INTERVAL", lambda raw: values.whole(raw, most=3600),
+                                 "a whole number of seconds, at most 3600"),
+    "pg_keepalives_count": ("DAYFLOW_PG_KEEPALIVES_COUNT", lambda raw: values.whole(raw, most=100),
+                            "a number of probes, at most 100"),
+    "pg_tcp_user_timeout_s": ("DAYFLOW_PG_TCP_USER_TIMEOUT", lambda raw: values.whole(raw, most=values.DAY_S),
+                              "a whole number of seconds (0: the OS default)"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}

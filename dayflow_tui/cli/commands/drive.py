@@ -173,6 +173,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     if metrics:
         metrics.watch(store)
+    store.close_thread_connection()  # the main thread only waits from here on: no backend held for it
     log.started(args.concurrency, store.label, args.once, url)
     try:
         outcome = work(store, concurrency=args.concurrency, once=args.once, poll_every=args.poll or 1.0,
