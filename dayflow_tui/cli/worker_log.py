@@ -70,9 +70,10 @@ class WorkerLog:
         logs.event(logging.WARNING, "db.wait", f"dayflow worker: cannot reach the database ({why}); trying "
                    f"again in {wait_s:.1f} s (attempt {attempt})", attempt=attempt, wait_s=wait_s, reason=why)
 
-    def interrupted(self) -> None:
-        logs.event(logging.INFO, "worker.interrupted",
-                   "dayflow worker: stopped; its runs were released for any worker to continue")
+    def interrupted(self, *, connected: bool = True) -> None:
+        text = ("dayflow worker: stopped; its runs were released for any worker to continue" if connected else
+                "dayflow worker: stopped before it reached the database; it held no run")
+        logs.event(logging.INFO, "worker.interrupted", text)
 
     def stopped(self, finished: int, failed: int) -> None:
         logs.event(logging.INFO, "worker.stopped", f"[worker pid {os.getpid()}] {finished} run(s) driven, "

@@ -132,3 +132,14 @@ def test_a_wrong_database_is_not_waited_for(pg_url, tmp_path):
     done = subprocess.run(dayflow_cmd("worker", "--db", missing), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "does not exist" in done.stderr, done.stderr
     assert "cannot reach the database" not in done.stderr and time.monotonic() - started < RETRY_FOR_S
+
+
+def test_sigterm_while_waiting_for_the_server_stops_it(pg_url, pg_proxy):
+    pg_proxy.refuse(60.0)
+    worker = WorkerProcess("--db", pg_proxy.url(pg_url))
+    try:
+        worker.wait_for(r"^dayflow worker: cannot reach the database", 30)
+    finally:
+        code = worker.stop()
+        pg_proxy.end_faults()
+    assert code == 0 and worker.lines[-1] == "dayflow worker: stopped before it reached the database; it held no run"

@@ -164,7 +164,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         store = keep_trying(lambda: open_db(args), on_wait=log.waiting_for_database, sleep=stop.wait)
     except DayflowError:
         if stop.is_set():
-            log.interrupted()
+            log.interrupted(connected=False)
             return 0
         raise
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
