@@ -99,6 +99,22 @@ class _TodaysLines(logging.Filter):
         return getattr(record, "in_text", True) or _log.isEnabledFor(logging.DEBUG)
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when it writes (a test's capture, a redirected stream), not the
+    one it was made with."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def configure(*, log_format: str | None = None, log_level: str | None = None, stream: TextIO | None = None) -> None:
     """Send the ``dayflow`` logger's events to stderr in the format and from the level asked for.
 
@@ -108,7 +124,7 @@ def configure(*, log_format: str | None = None, log_level: str | None = None, st
     config = settings.current()
     fmt = log_format or config.log_format
     level = LEVELS[log_level or config.log_level]
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
