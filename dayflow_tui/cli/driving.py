@@ -40,7 +40,11 @@ def start_logs(args: argparse.Namespace) -> None:
     from ..ops import logs
 
     settings.apply_flags(log_format=getattr(args, "log_format", None), log_level=getattr(args, "log_level", None))
-    logs.configure()
+    if settings.current().log_format == "json":
+        logs.configure(stream=sys.stderr)
+        logs.stderr_as_events()  # the command's own lines ([run ID], errors) are events too: all of stderr is JSON
+    else:
+        logs.configure()
 
 
 def driving_options(args: argparse.Namespace) -> dict:

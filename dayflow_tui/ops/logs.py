@@ -124,6 +124,8 @@ def configure(*, log_format: str | None = None, log_level: str | None = None, st
     config = settings.current()
     fmt = log_format or config.log_format
     level = LEVELS[log_level or config.log_level]
+    if stream is None and isinstance(sys.stderr, _LinesAsEvents):
+        stream = sys.stderr.real  # the events themselves go to the real stderr, never back through it
     handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
@@ -136,6 +138,50 @@ def configure(*, log_format: str | None = None, log_level: str | None = None, st
         _log.addHandler(handler)
         _log.setLevel(level)
     telemetry.listen(_told)
+
+
+class _LinesAsEvents:
+    """``sys.stderr`` in JSON mode: each plain line a command prints there (``[run ID]``, ``dayflow: error:
+    ...``) becomes an event (``stderr``, its level read from the line), so every line of stderr is JSON."""
+
+    def __init__(self, real: TextIO) -> None:
+        self.real = real
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._pending += text
+            lines = self._pending.split("\n")
+            self._pending = lines.pop()
+        for line in lines:
+            if line.strip():
+                event(_level_of(line), "stderr", line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def isatty(self) -> bool:
+        return False  # no progress bar, no colour: this is a log
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+
+def _level_of(line: str) -> int:
+    low = line.lower()
+    if "error:" in low or "traceback" in low:
+        return logging.ERROR
+    if "warning:" in low:
+        return logging.WARNING
+    return logging.INFO
+
+
+def stderr_as_events() -> None:
+    """From now on each line printed to stderr is a JSON event (``configure`` in the json format first)."""
+    if not isinstance(sys.stderr, _LinesAsEvents):
+        sys.stderr = _LinesAsEvents(sys.stderr)  # type: ignore[assignment]
 
 
 def event(level: int, name: str, message: str, *, in_text: bool = True, **fields: Any) -> None:

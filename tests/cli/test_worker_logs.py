@@ -134,5 +134,10 @@ def test_brief_logs_as_json_too(tmp_path):
                        "debug", env=api.env())
         calls = api.calls
     assert done.returncode == 0, done.stderr
-    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    events = [json.loads(line) for line in done.stderr.splitlines()]  # every line of stderr is one event
     assert sum(1 for e in events if e["event"] == "model.call") == calls == 3
+    started = [e for e in events if e["event"] == "stderr"]
+    assert started[0]["msg"].startswith("[run ") and started[0]["level"] == "info"
+    # An error is an event too.
+    bad = dayflow("resume", "nosuchrun", "--db", db, "--log-format", "json")
+    assert bad.returncode == 3 and json.loads(bad.stderr)["level"] == "error", bad.stderr
