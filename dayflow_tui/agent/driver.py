@@ -221,7 +221,6 @@ class Driver:
         try:
             self.store.append_step(self.run.id, step, lease=self.lease, final_status=status, final_text=text,
                                    final_error=error)
-            self._tell_commit(step, time.monotonic() - started)
         except RunBusy:
             raise
         except Exception as exc:
@@ -230,12 +229,19 @@ class Driver:
             raise ReplySpooled(f"run {self.run.id} step {step.n}: the paid reply could not be stored ({reason}); "
                                f"it is safe in {path}, and `dayflow resume {self.run.id}` (or a worker) on this "
                                "host stores it without paying again") from exc
+        # Told after the try: nothing that happens in telling may read as a commit that failed (and spool a
+        # reply that is stored already).
+        self._tell_commit(step, time.monotonic() - started)
 
     def _tell_commit(self, step: StepRecord, duration_s: float) -> None:
         if not telemetry.listening():
             return
-        cost = price_call(step.model or self.run.model, Usage(step.input_tokens, step.cache_creation_input_tokens,
-                                                              step.cache_read_input_tokens, step.output_tokens))
+        try:
+            usage = Usage(step.input_tokens, step.cache_creation_input_tokens, step.cache_read_input_tokens,
+                          step.output_tokens)
+            cost = price_call(step.model or self.run.model, usage)
+        except Exception:  # noqa: BLE001 - a price that cannot be worked out is not counted; the step is committed
+            cost = None
         telemetry.note("step.committed", run_id=self.run.id, step=step.n, model=step.model or self.run.model,
                        agent=self.agent.name, duration_s=duration_s, input_tokens=step.input_tokens,
                        output_tokens=step.output_tokens, cache_read_tokens=step.cache_read_input_tokens,
