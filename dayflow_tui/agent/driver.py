@@ -19,7 +19,7 @@ from ..money.cost import Cost, Usage, price_call
 from ..redaction import redact_and_cut
 from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
 from ..testhook import pause_point
-from . import backpressure, request
+from . import backpressure, request, telemetry
 from .approvals import answer_calls, needs_a_person
 from .budget import Spend, dollar_verdict, limit_reached
 from .define import Agent
@@ -147,12 +147,15 @@ class Driver:
             try:
                 raw = call_model(self.client, body)
             except RateLimited as exc:
+                self._tell_call(n, started, "rate_limited", exc.status)
                 exc.run_id = run.id
                 self._release_backing_off(exc)
                 raise
             except ModelCallFailed as exc:
+                self._tell_call(n, started, "failed", getattr(exc, "status", None))
                 self.store.finish_run(run.id, RunStatus.FAILED, error=str(exc), lease=self.lease)
                 raise
+            self._tell_call(n, started, "ok")
             duration_ms = int((time.monotonic() - started) * 1000)
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
@@ -187,6 +190,10 @@ class Driver:
             if self.crash_after_step == n:
                 raise SystemExit(f"simulated crash after step {n}")
             n += 1
+
+    def _tell_call(self, n: int, started: float, outcome: str, status: int | None = None) -> None:
+        telemetry.note("model.call", run_id=self.run.id, step=n, model=self.run.model, agent=self.agent.name,
+                       outcome=outcome, status=status, duration_s=time.monotonic() - started)
 
     def _release_backing_off(self, exc: RateLimited) -> None:
         """Queue the run again until the API's wait has passed, this attempt not counted (never ``failed``).
@@ -230,6 +237,7 @@ class Driver:
     def _commit(self, step: StepRecord, final: Final | None) -> None:
         """Commit a paid reply; if the database will not take it, keep it in this host's spool and stop."""
         status, text, error = final or (None, None, None)
+        started = time.monotonic()
         try:
             self.store.append_step(self.run.id, step, lease=self.lease, final_status=status, final_text=text,
                                    final_error=error)
@@ -241,6 +249,24 @@ class Driver:
             raise ReplySpooled(f"run {self.run.id} step {step.n}: the paid reply could not be stored ({reason}); "
                                f"it is safe in {path}, and `dayflow resume {self.run.id}` (or a worker) on this "
                                "host stores it without paying again") from exc
+        # Told after the try: nothing that happens in telling may read as a commit that failed (and spool a
+        # reply that is stored already).
+        self._tell_commit(step, time.monotonic() - started)
+
+    def _tell_commit(self, step: StepRecord, duration_s: float) -> None:
+        if not telemetry.listening():
+            return
+        try:
+            usage = Usage(step.input_tokens, step.cache_creation_input_tokens, step.cache_read_input_tokens,
+                          step.output_tokens)
+            cost = price_call(step.model or self.run.model, usage)
+        except Exception:  # noqa: BLE001 - a price that cannot be worked out is not counted; the step is committed
+            cost = None
+        telemetry.note("step.committed", run_id=self.run.id, step=step.n, model=step.model or self.run.model,
+                       agent=self.agent.name, duration_s=duration_s, input_tokens=step.input_tokens,
+                       output_tokens=step.output_tokens, cache_read_tokens=step.cache_read_input_tokens,
+                       cache_write_tokens=step.cache_creation_input_tokens,
+                       dollars=None if cost is None else float(cost.total))
 
     def _stop(self, status: str, error: str, steps: int, spent_in: int, spent_out: int,
               replayed: int) -> RunResult:

@@ -22,7 +22,7 @@ from ..money.cost import run_cost
 from ..redaction import redact_and_cut
 from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, step_blocks, still_refused
 from ..store.retry import patience
-from . import brief, request
+from . import brief, request, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
 from .budget import check_dollar_budget, previous_call
 from .define import Agent
@@ -338,8 +338,11 @@ def _record_attempt(store: Store, run_id: str, lease: Lease, exc: BaseException,
         attempts = store.get_run(run_id).attempts
         reason = redact_and_cut(f"{type(exc).__name__}: {exc}" if not isinstance(exc, DayflowError) else str(exc),
                                 300)
-        store.record_failed_attempt(run_id, lease, reason, max_attempts=config.max_attempts,
-                                    backoff_s=config.retry_backoff_s * 2 ** max(attempts - 1, 0))
+        backoff_s = config.retry_backoff_s * 2 ** max(attempts - 1, 0)
+        gave_up = store.record_failed_attempt(run_id, lease, reason, max_attempts=config.max_attempts,
+                                              backoff_s=backoff_s)
+        telemetry.note("run.backoff", run_id=run_id, attempt=attempts, backoff_s=None if gave_up else backoff_s,
+                       gave_up=bool(gave_up), reason=reason)
     except Exception:
         pass  # recording is best effort; the claim already counted the attempt
 

@@ -15,10 +15,12 @@ imports. To use more cores or hosts, start more worker processes.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config.errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
+from . import telemetry
 from .backpressure import SharedPause, reason
 from .events import OnStep, RunResult, check_watches
 from .runs import resume
@@ -81,7 +83,9 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
 
     def drive_one() -> bool:
         """Claim and drive one run. False when there was nothing to take."""
+        asked = time.monotonic()
         lease = store.claim_next(stale_after=stale_after)
+        telemetry.note("claim", run_id=lease and lease.run_id, duration_s=time.monotonic() - asked)
         if lease is None:
             return False
         emit(WorkerEvent("started", lease.run_id, "claimed"))
@@ -93,6 +97,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
             emit(WorkerEvent("lost", lease.run_id, str(exc)))
         except RateLimited as exc:
             pause.hold(exc.wait_s)
+            telemetry.note("rate_limit.wait", run_id=lease.run_id, status=exc.status, wait_s=exc.wait_s)
             emit(WorkerEvent("paused", lease.run_id, f"{reason(exc.status, exc.wait_s)}: queued again; this "
                              f"worker's claims pause meanwhile ({exc})"))
         except ModelCallFailed as exc:

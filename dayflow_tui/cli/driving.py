@@ -34,6 +34,19 @@ def show_step(event) -> None:
     sys.stdout.flush()
 
 
+def start_logs(args: argparse.Namespace) -> None:
+    """Events go to stderr in the ``--log-format`` and from the ``--log-level`` asked for (else the settings')."""
+    from ..config import settings
+    from ..ops import logs
+
+    settings.apply_flags(log_format=getattr(args, "log_format", None), log_level=getattr(args, "log_level", None))
+    if settings.current().log_format == "json":
+        logs.configure(stream=sys.stderr)
+        logs.stderr_as_events()  # the command's own lines ([run ID], errors) are events too: all of stderr is JSON
+    else:
+        logs.configure()
+
+
 def driving_options(args: argparse.Namespace) -> dict:
     from ..config import settings
 
@@ -83,11 +96,15 @@ def waiting_out_rate_limits(start, store, options: dict):
     from ..agent.backpressure import wait_out
     from ..agent.runs import resume
 
+    import logging
+
+    from ..ops import logs
+
     watch_drives()
     again = {k: v for k, v in options.items() if k in ("on_step", "on_start", "crash_after_step")}
     return wait_out(start, lambda run_id: resume(run_id, store=store, **again),
                     bound_s=settings.current().rate_limit_wait_s,
-                    say=lambda line: print(line, file=sys.stderr, flush=True))
+                    say=lambda line: logs.event(logging.WARNING, "rate_limit.wait", line))
 
 
 def saved_text(result) -> str:

@@ -25,6 +25,7 @@ COMMANDS = {
     "pending": "approvals", "approve": "approvals", "deny": "approvals",
     "fork": "travel", "diff": "travel", "export": "travel", "import": "travel",
     "migrate": "admin", "prune": "admin", "vacuum": "admin", "prices": "admin",
+    "metrics": "ops",
 }
 
 
@@ -64,6 +65,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..config.settings import current
 
         current()  # every setting is checked before anything is opened or written
+        if hasattr(args, "log_format"):  # a command that drives runs logs its events (--log-format, --log-level)
+            from .driving import start_logs
+
+            start_logs(args)
         return command(args.command)(args)
     except DayflowError as exc:
         print(f"dayflow: error: {printable(exc)}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 
 from ..config import values
 from ..config.errors import UsageError
+from ..config.settings import LOG_FORMATS, LOG_LEVELS
 from ..store.status import RunStatus
 
 # ``dayflow search budget -draft``: a query word can start with "-". Before argparse sees it, such a word
@@ -26,6 +27,7 @@ _dollars = values.argument(values.dollars, above_zero=True)
 _age = values.argument(values.age)
 _step_number = values.argument(values.whole, most=1_000_000)
 _priority = values.argument(values.priority)
+_port = values.argument(values.port_or_off)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,7 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
 
-    driving = _Parser(add_help=False)
+    logs = _Parser(add_help=False)
+    logs.add_argument("--log-format", type=values.argument(values.one_of, choices=LOG_FORMATS), metavar="text|json",
+                      help="stderr as the lines a person reads (text, default) or one JSON object per event "
+                      "(default: $DAYFLOW_LOG_FORMAT, the log_format setting)")
+    logs.add_argument("--log-level", type=values.argument(values.one_of, choices=LOG_LEVELS),
+                      metavar="debug|info|warning|error",
+                      help="the least important events logged (default: $DAYFLOW_LOG_LEVEL, else info; debug adds "
+                      "claims, model calls and commits with their durations)")
+
+    driving = _Parser(add_help=False, parents=[logs])
     driving.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
     driving.add_argument("--budget", type=_positive_int, metavar="TOKENS",
                          help="stop when the whole run has spent this many tokens (in + out)")
@@ -115,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only add the run to the queue and print its id; a `dayflow worker` drives it")
     _add_priority(run)
 
-    worker = sub.add_parser("worker", parents=[common], help="drive queued and interrupted runs")
+    worker = sub.add_parser("worker", parents=[common, logs], help="drive queued and interrupted runs")
     worker.add_argument("--once", action="store_true", help="take what is waiting now, then exit")
     worker.add_argument("--concurrency", type=_thread_count, default=1, metavar="N",
                         help="drive up to N runs at a time (threads; default 1)")
@@ -126,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--delay", type=_seconds, metavar="SECONDS",
                         help="slow the offline model down by this much per call")
     worker.add_argument("-v", "--verbose", action="store_true", help="print each step as it commits")
+    worker.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        help="serve Prometheus metrics on this port (0: any free port, said at start; default: "
+                        "$DAYFLOW_METRICS_PORT, else none)")
+    worker.add_argument("--metrics-host", type=values.argument(values.host_name), metavar="HOST",
+                        help="the address the metrics listen on (default: 127.0.0.1, this host only)")
 
     runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
@@ -179,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", parents=[common], help="upgrade a database written by an older Dayflow")
     _add_travel_commands(sub, common)
-    _add_approval_commands(sub, common)
+    _add_approval_commands(sub, common, logs)
     _add_fork_commands(sub, common, driving)
 
     spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
@@ -188,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     spend.add_argument("--by", choices=["agent", "model", "day"], default="model",
                        help="one line per agent, model or UTC day (default: model)")
     spend.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sub.add_parser("metrics", parents=[common], help="the fleet's numbers from the database (runs by status, "
+                   "queue depth and age, back-offs, heartbeat lag, this host's spool) in Prometheus text format")
 
     prices = sub.add_parser("prices", help="where prices come from, and the rates Dayflow uses")
     prices.add_argument("--json", action="store_true", help="machine-readable output")
@@ -245,8 +264,8 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
                    "while the dashboard and workers run)")
 
 
-def _add_approval_commands(sub, common: argparse.ArgumentParser) -> None:
-    deciding = _Parser(add_help=False)
+def _add_approval_commands(sub, common: argparse.ArgumentParser, logs: argparse.ArgumentParser) -> None:
+    deciding = _Parser(add_help=False, parents=[logs])
     deciding.add_argument("run_id", metavar="RUN_ID", help="the waiting run (`dayflow pending` lists them)")
     deciding.add_argument("tool_use_id", nargs="?", metavar="TOOL_USE_ID",
                           help="which waiting call (needed only when several wait)")

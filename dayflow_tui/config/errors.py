@@ -8,7 +8,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 - 3: ``RunNotFound``
 - 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``
 - 5: ``ModelCallFailed``
-- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``NoSuchFile``
+- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``MetricsMissing``, ``NoSuchFile``
 
 One cause, one code, whatever the command: a file or directory a person named that is not there
 (``--db``'s file or its directory, ``import``'s JSONL, ``run``'s agent file) is ``NoSuchFile``, 64.
@@ -99,6 +99,12 @@ class AgentChanged(DayflowError):
 
 class OtelMissing(DayflowError):
     """The OpenTelemetry SDK is not installed (the ``otel`` extra)."""
+
+    exit_code = 64
+
+
+class MetricsMissing(DayflowError):
+    """Prometheus metrics were asked for, and prometheus-client is not installed (the ``metrics`` extra)."""
 
     exit_code = 64
 

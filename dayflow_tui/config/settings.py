@@ -96,6 +96,19 @@ class Settings:
     # The command the dashboard's "open in editor" (o in the JSON view) runs: DAYFLOW_EDITOR, else
     # $VISUAL, else $EDITOR, else vi.
     editor: str | None = None
+    # Operating a fleet (issue #29): how the driving commands log (one event per line on stderr: "text", the
+    # lines a person reads, or "json", one object per line for a log shipper) and from which level; where
+    # `dayflow worker` serves Prometheus metrics (None: it does not; 0: any free port, said at start).
+    log_format: str = "text"
+    log_level: str = "info"
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    # PostgreSQL connections find a dead peer (a blackhole) in about idle + interval * count seconds, and an
+    # unacknowledged write gives up after tcp_user_timeout; on both sides of the session. 0: the OS default.
+    pg_keepalives_idle_s: int = 30
+    pg_keepalives_interval_s: int = 10
+    pg_keepalives_count: int = 3
+    pg_tcp_user_timeout_s: int = 60
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -127,6 +140,8 @@ class Settings:
         return self.data_home / "dayflow.db"
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 PRICE_FIELDS = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
 
 
@@ -200,6 +215,20 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "user": ("DAYFLOW_USER", values.text, "a name"),
     "theme": ("DAYFLOW_THEME", values.text, "a theme name (the dashboard's palette lists them)"),
     "editor": ("DAYFLOW_EDITOR", values.text, "an editor command (e.g. 'code --wait')"),
+    "log_format": ("DAYFLOW_LOG_FORMAT", lambda raw: values.one_of(raw, LOG_FORMATS), "text or json"),
+    "log_level": ("DAYFLOW_LOG_LEVEL", lambda raw: values.one_of(raw, LOG_LEVELS),
+                  "debug, info, warning or error"),
+    "metrics_port": ("DAYFLOW_METRICS_PORT", values.port_or_off,
+                     "a port number (0 to 65535; 0: any free port) or 'off'"),
+    "metrics_host": ("DAYFLOW_METRICS_HOST", values.host_name, "a host name or IP address to listen on"),
+    "pg_keepalives_idle_s": ("DAYFLOW_PG_KEEPALIVES_IDLE", lambda raw: values.whole(raw, most=values.DAY_S),
+                             "a whole number of seconds (0: the OS default)"),
+    "pg_keepalives_interval_s": ("DAYFLOW_PG_KEEPALIVES_INTERVAL", lambda raw: values.whole(raw, most=3600),
+                                 "a whole number of seconds, at most 3600"),
+    "pg_keepalives_count": ("DAYFLOW_PG_KEEPALIVES_COUNT", lambda raw: values.whole(raw, most=100),
+                            "a number of probes, at most 100"),
+    "pg_tcp_user_timeout_s": ("DAYFLOW_PG_TCP_USER_TIMEOUT", lambda raw: values.whole(raw, most=values.DAY_S),
+                              "a whole number of seconds (0: the OS default)"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
 _TABLES = {"prices"}

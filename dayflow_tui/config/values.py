@@ -199,6 +199,32 @@ def path(raw: Any) -> Path | None:
     return Path(found).expanduser() if found else None
 
 
+def one_of(raw: Any, choices: tuple[str, ...]) -> str:
+    """One word of ``choices``, any case (``json``, ``JSON``): a log format, a log level."""
+    found = text(raw) if isinstance(raw, str) else None
+    if found is None or found.lower() not in choices:
+        raise BadValue(f"must be one of {', '.join(choices)}")
+    return found.lower()
+
+
+def port_or_off(raw: Any) -> int | None:
+    """A TCP port, 0 to 65535 (0: any free port, chosen when it is bound); nothing or ``off``: None."""
+    if isinstance(raw, str) and raw.strip().lower() in ("", "off"):
+        return None
+    try:
+        return whole(raw, most=65535)
+    except BadValue:
+        raise BadValue("must be a port number (0 to 65535; 0: any free port) or 'off'") from None
+
+
+def host_name(raw: Any) -> str:
+    """A host name or address to listen on (``127.0.0.1``, ``0.0.0.0``, ``::1``, ``localhost``)."""
+    found = text(raw) if isinstance(raw, str) else None
+    if found is None or len(found) > 253 or not re.fullmatch(r"[A-Za-z0-9.:\-\[\]%]+", found):
+        raise BadValue("must be a host name or an IP address")
+    return found.strip("[]")
+
+
 def tool_names(raw: Any) -> tuple[str, ...]:
     """Tool names, as a list or separated by commas: letters, digits, ``_`` and ``-``, at most 64 each."""
     items = raw.split(",") if isinstance(raw, str) else raw

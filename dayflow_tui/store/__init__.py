@@ -22,7 +22,7 @@ from .retry import attempt_number, is_connection_error
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sample_tasks import SEED_TASKS
 from ..config.errors import ReplySpooled
-from .spool import ingest_spool, pending_spool, spool_reply
+from .spool import ingest_spool, pending_spool, spool_files, spool_reply
 from .status import RESUMABLE, RunStatus
 from .tables.steps import StepRecord, dumps, step_blocks
 
@@ -38,5 +38,5 @@ __all__ = [
     "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
     "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
-    "process_start_time", "safe_url", "spool_reply", "step_blocks", "still_refused",
+    "process_start_time", "safe_url", "spool_files", "spool_reply", "step_blocks", "still_refused",
 ]

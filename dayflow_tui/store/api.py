@@ -30,15 +30,16 @@ from ..search.query import Query
 from .dialect import Dialect, dialect_for
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
-from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient
+from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
 from .schema import migrate
 from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import approvals, cancels, claims, database, forks, resumes, runs, spend, steps, tasks
+from .tables import approvals, cancels, claims, database, fleet, forks, resumes, runs, spend, steps, tasks
 from .tables.approvals import CallToAsk
 from .tables.cancels import CancelOutcome
+from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
 from .tables.steps import StepRecord
@@ -197,6 +198,10 @@ class Store:
     def release_backing_off(self, lease: Lease, reason: str, *, wait_s: float) -> None:
         """The model API pushed back (429, 529): give the run up ``queued`` until ``wait_s`` has passed."""
         runs.release_backing_off(self, lease, reason, wait_s=wait_s)
+
+    def fleet_stats(self) -> FleetStats:
+        """Runs by status, the queue's depth and oldest age, runs backing off, the stalest heartbeat held."""
+        return fleet.fleet_stats(self)
 
     def next_retry_at(self) -> float | None:
         """Seconds until the earliest run backing off may be taken (None: none waits)."""
@@ -385,7 +390,7 @@ class Store:
 
 def _checked_schema(store: Store, *, create: bool, upgrade: bool) -> None:
     """The schema check (and first migration) under the same reconnect policy as every store call."""
-    deadline = time.monotonic() + RETRY_FOR_S
+    deadline = time.monotonic() + patience_left(RETRY_FOR_S)
     delays = backoff_delays()
     while True:
         try:

@@ -41,10 +41,20 @@ _TRANSIENT_PG = ("connection is closed", "the connection is lost", "server close
                  "connection refused", "ssl connection has been closed", "broken pipe",
                  "no connection to the server", "connection timed out", "lost synchronization",
                  "the database system is shutting down", "the database system is starting up",
-                 "cannot connect now", "connection reset")
+                 "cannot connect now", "connection reset",
+                 # A full server (max_connections) admits us once another session ends.
+                 "too many clients", "too many connections", "remaining connection slots are reserved")
 # Admin shutdown, crash shutdown, cannot connect now, connection exceptions; None: the client lost
 # the server before an answer came.
-_TRANSIENT_SQLSTATES = (None, "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004")
+_TRANSIENT_SQLSTATES = (None, "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300")
+# Connection failures no wait cures (libpq reports them without a SQLSTATE, like a server that is away): a
+# process that waits for the server at start gives up on these at once.
+_NEVER_CURED = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
+                "does not exist", "is not permitted to log in", "could not translate host name",
+                "invalid connection option", "invalid uri", "invalid dsn", "sslmode value")
+# A process that must not give up on a busy server at start (a worker) waits from this, doubling, to at most that.
+_START_FIRST_S = 0.5
+_START_MOST_S = 30.0
 
 
 def is_driver_error(exc: BaseException) -> bool:
@@ -103,6 +113,45 @@ def patience(seconds: float):
         yield
     finally:
         _retry_state.cap = before
+
+
+def patience_left(window: float) -> float:
+    """``window`` capped by the ``patience`` block this thread is in (if any)."""
+    cap = getattr(_retry_state, "cap", None)
+    return window if cap is None else min(window, cap)
+
+
+def keep_trying(attempt: Callable[[], Any], *, on_wait: Callable[[int, float, str], None],
+                sleep: Callable[[float], Any] = time.sleep, first: float = _START_FIRST_S,
+                most: float = _START_MOST_S) -> Any:
+    """``attempt()`` until it succeeds, waiting out every failure a fresh connection may cure, for ever.
+
+    For a process whose job is to wait for work (``dayflow worker``) starting while the server is down,
+    restarting or full (``too many clients``): the waits are this module's backoff with jitter (``first``
+    doubling to ``most``), each announced first as ``on_wait(attempt_number, seconds, why)``; each try
+    is one try (``patience(0)``: no inner window). Any other failure (a wrong password, no such database)
+    is raised at once, and so is the last failure when ``sleep`` returns True (``threading.Event.wait``:
+    the process was asked to stop).
+    """
+    delays = backoff_delays(first, most)
+    tries = 0
+    while True:
+        try:
+            with patience(0.0):
+                return attempt()
+        except StoreError as exc:
+            if not is_connection_error(exc) or _never_cured(exc):
+                raise
+            tries += 1
+            wait = next(delays)
+            on_wait(tries, wait, redact_and_cut(str(exc), 300))
+            if sleep(wait) is True:
+                raise
+
+
+def _never_cured(exc: BaseException) -> bool:
+    text = " ".join(str(found) for found in (exc, exc.__cause__) if found is not None).lower()
+    return any(marker in text for marker in _NEVER_CURED)
 
 
 def backoff_delays(first: float = _BACKOFF_FIRST_S, most: float = _BACKOFF_MAX_S):

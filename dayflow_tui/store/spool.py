@@ -33,6 +33,15 @@ def spool_dir() -> Path:
     return settings.current().state_home / "spool"
 
 
+def spool_files() -> int:
+    """Replies waiting in this host's spool (for the metrics: a number above 0 wants a resume or a worker)."""
+    folder = spool_dir()
+    try:
+        return sum(1 for path in folder.glob("*.json") if path.is_file())
+    except OSError:
+        return 0
+
+
 def _private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)

@@ -251,3 +251,25 @@ def check_verdicts(snapshot: Snapshot) -> list[str]:
         elif run["status"] == "failed" and not (run["error"] or "").strip():
             problems.append(f"run {run['id']} failed without saying why")
     return problems
+
+
+def check_fleet_numbers(target: str, snapshot: Snapshot) -> list[str]:
+    """Once settled, the metrics' numbers (``Store.fleet_stats``, what ``dayflow metrics`` and a worker's
+    /metrics serve) agree with the rows: runs by status, nothing ready in the queue, nothing held."""
+    from dayflow_tui.store import open_store
+
+    store = open_store(target, create=False, upgrade=False)
+    try:
+        stats = store.fleet_stats()
+    finally:
+        store.close()
+    problems = []
+    counted = Counter(run["status"] for run in snapshot.runs.values())
+    for status in set(counted) | {s for s, n in stats.by_status.items() if n}:
+        if stats.by_status.get(status, 0) != counted.get(status, 0):
+            problems.append(f"fleet_stats counts {stats.by_status.get(status, 0)} {status} run(s), the rows "
+                            f"{counted.get(status, 0)}")
+    if stats.queue_ready or stats.held:
+        problems.append(f"settled, yet fleet_stats has {stats.queue_ready} run(s) ready in the queue and "
+                        f"{stats.held} held")
+    return problems

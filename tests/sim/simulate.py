@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 from .actions import perform, settle
 from .cancel_actions import check_cancels
-from .checks import check_calls, check_process, check_verdicts, check_world
+from .checks import check_calls, check_fleet_numbers, check_process, check_verdicts, check_world
 from .plan import Plan
 from .scripted_model import ScriptedModel
 from .world import Outcome, World, read_snapshot
@@ -62,6 +62,7 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
             problems = [p for proc in world.procs[first_proc:] for p in check_process(proc)]
             snapshot = read_snapshot(world.db)
             problems += check_world(world, snapshot) + check_cancels(world, snapshot) + check_verdicts(snapshot)
+            problems += check_fleet_numbers(world.db, snapshot)
             outcome.problems += [f"after settling: {p}" for p in problems]
         time.sleep(LATE_REQUEST_S)
         outcome.problems += [f"calls: {p}" for p in check_calls(world, final=True)]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from ...config.errors import DayflowError, UsageError
-from ...safe_text import one_line, printable
-from ..driving import driving_options, finish, saved_text, show_step, waiting_out_rate_limits, watch_drives
+from ...safe_text import printable
+from ..driving import driving_options, finish, saved_text, waiting_out_rate_limits, watch_drives
 from ..opening import open_db
 
 
@@ -148,49 +147,53 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import threading
 
     from ...store import STALE_AFTER_S
+    from ...store.retry import keep_trying
     from ...agent.worker import work
+    from ..worker_log import WorkerLog
 
     from ...config import settings
 
-    settings.apply_flags(offline_delay_s=args.delay)
+    settings.apply_flags(offline_delay_s=args.delay, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+    metrics = _metrics_or_none()  # checked before anything is opened: a missing prometheus-client is one line
     watch_drives()  # the runs it drives send their spans live (setting otel_endpoint); work() checks the SDK first
-    store = open_db(args)
+    log = WorkerLog(on_event=metrics.worker_event if metrics else None)
+    url = metrics.serve() if metrics else None
+    stop = threading.Event()
+    # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        # A server that is down, restarting or full is waited for (logged), never a reason to exit.
+        store = keep_trying(lambda: open_db(args), on_wait=log.waiting_for_database, sleep=stop.wait)
+    except DayflowError:
+        if stop.is_set():
+            log.interrupted(connected=False)
+            return 0
+        raise
     # A long-lived worker loads the SDK (and the offline model, built on its types) before it
     # says it is ready, not inside its first run.
     from ...agent import offline  # noqa: F401
 
-    stop = threading.Event()
-    # SIGTERM (systemd, docker stop) stops like Ctrl-C: each run is released at its next step boundary.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    output = threading.Lock()  # lines from several threads must not interleave
-
-    def report(event) -> None:
-        if event.kind == "started":
-            return
-        run = f"run {event.run_id} " if event.run_id else ""
-        with output:
-            if event.kind == "finished":
-                result = event.result
-                print(f"{run}{result.status} · {result.steps} steps · {result.calls} call(s)", flush=True)
-            else:
-                print(f"dayflow worker: {run}{event.kind}: {one_line(event.message, 300)}", file=sys.stderr,
-                      flush=True)
-
-    def print_step(event) -> None:
-        with output:
-            print(f"[{event.run_id}] ", end="")
-            show_step(event)
-
-    mode = "until nothing is waiting" if args.once else "until stopped (Ctrl-C)"
-    print(f"[worker pid {os.getpid()}] {args.concurrency} thread(s) on {store.label}, {mode}",
-          file=sys.stderr, flush=True)
+    if metrics:
+        metrics.watch(store)
+    store.close_thread_connection()  # the main thread only waits from here on: no backend held for it
+    log.started(args.concurrency, store.label, args.once, url)
     try:
         outcome = work(store, concurrency=args.concurrency, once=args.once, poll_every=args.poll or 1.0,
                        stale_after=args.stale_after if args.stale_after is not None else STALE_AFTER_S,
-                       stop=stop, on_event=report, on_step=print_step if args.verbose else None)
+                       stop=stop, on_event=log.report, on_step=log.print_step if args.verbose else None)
     except KeyboardInterrupt:
-        print("dayflow worker: stopped; its runs were released for any worker to continue", file=sys.stderr)
+        log.interrupted()
         return 130
-    print(f"[worker pid {os.getpid()}] {len(outcome.finished)} run(s) driven, {len(outcome.failed)} failed",
-          file=sys.stderr)
+    log.stopped(len(outcome.finished), len(outcome.failed))
     return 2 if outcome.store_errors and args.once else 0
+
+
+def _metrics_or_none():
+    """The worker's Prometheus metrics when a port is set (``--metrics-port``, the metrics_port setting)."""
+    from ...config.settings import current
+
+    if current().metrics_port is None:
+        return None
+    from ...ops.metrics import WorkerMetrics
+
+    return WorkerMetrics.for_settings()

@@ -62,6 +62,36 @@ def load_psycopg() -> None:
         peewee.psycopg = psycopg  # last: Peewee picks the psycopg 3 adapter once this is set
 
 
+def _keepalives() -> dict[str, int]:
+    """libpq's TCP keepalives and ``tcp_user_timeout`` (the settings ``pg_keepalives_*``, ``pg_tcp_user_timeout_s``).
+
+    Without them a connection into a network blackhole waits for the kernel's defaults (two hours of
+    keepalive silence, then about 15 minutes of retransmissions) before it errors; with them a dead peer is
+    found in about ``idle + interval * count`` seconds, and unacknowledged writes give up after
+    ``tcp_user_timeout``. A setting of 0 leaves the OS default. The URL's own parameters win.
+    """
+    from ...config import settings
+
+    config = settings.current()
+    found: dict[str, int] = {}
+    if config.pg_keepalives_idle_s:
+        found.update(keepalives=1, keepalives_idle=config.pg_keepalives_idle_s,
+                     keepalives_interval=config.pg_keepalives_interval_s or 10,
+                     keepalives_count=config.pg_keepalives_count or 3)
+    if config.pg_tcp_user_timeout_s:
+        found["tcp_user_timeout"] = config.pg_tcp_user_timeout_s * 1000
+    return found
+
+
+def _server_keepalives() -> dict[str, int]:
+    """The same on the server's side of each session, so the server, too, ends a session whose client went
+    silent (a blackhole left 60+ stalled backends open while workers opened new ones: issue #29)."""
+    client = _keepalives()
+    names = {"keepalives_idle": "tcp_keepalives_idle", "keepalives_interval": "tcp_keepalives_interval",
+             "keepalives_count": "tcp_keepalives_count", "tcp_user_timeout": "tcp_user_timeout"}
+    return {names[key]: value for key, value in client.items() if key in names}
+
+
 class _DayflowPostgres(PostgresqlDatabase):
     """PostgreSQL with one session setting Dayflow relies on.
 
@@ -96,8 +126,13 @@ class _DayflowPostgres(PostgresqlDatabase):
     def _initialize_connection(self, conn) -> None:
         super()._initialize_connection(conn)
         self.thread_connections[threading.get_ident()] = conn
-        if "idle_in_transaction_session_timeout" not in self.database:
-            conn.execute(f"SET idle_in_transaction_session_timeout = '{self.idle_in_transaction_timeout}'")
+        # One round trip for every session setting (the URL's own options win: they are in self.database).
+        sets = [] if "idle_in_transaction_session_timeout" in self.database else [
+            f"SET idle_in_transaction_session_timeout = '{self.idle_in_transaction_timeout}'"]
+        sets += [f"SET {name} = {int(value)}" for name, value in _server_keepalives().items()
+                 if name not in self.database]
+        if sets:
+            conn.execute("; ".join(sets))
 
 
 # The database's clock as stored text (ISO-8601 UTC, milliseconds), so hosts with skewed clocks agree.
@@ -129,6 +164,7 @@ class PostgresDialect(Dialect):
             extra["connect_timeout"] = 10
         if "application_name" not in given:
             extra["application_name"] = "dayflow"
+        extra.update({key: value for key, value in _keepalives().items() if key not in given})
         # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
         # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
         # READ COMMITTED, so that is pinned whatever the server's default.

@@ -1,0 +1,1 @@
+"""Operating Dayflow: structured logs and Prometheus metrics for the commands that drive runs."""
