@@ -18,9 +18,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import BIN, Row, build_run, interleaved, median, ms, quiet_env, workdir
+from bench.common import BIN, Row, scale, build_run, interleaved, median, ms, quiet_env, workdir
 
-RESUME_LENGTHS = (10, 1_000, 10_000)
+RESUME_LENGTHS = scale((10, 1_000, 10_000), (3, 20, 40))
+REBUILD_LENGTH = RESUME_LENGTHS[1]  # rebuild_messages is measured on the 1,000-step run
 
 
 def _first_call_seconds(argv: list[str], log: Path) -> float:
@@ -138,7 +139,7 @@ def rebuild(fixtures: dict, rounds: int) -> tuple[list[float], list[float]]:
     from dayflow_tui.agent.messages import rebuild_messages
     from dayflow_tui.store import open_store
 
-    path, run_id = fixtures[1_000]
+    path, run_id = fixtures[REBUILD_LENGTH]
     store = open_store(path)
     raw = RawRebuild(path)
     if rebuild_messages(store, run_id) != raw(run_id):
@@ -153,9 +154,9 @@ def rebuild(fixtures: dict, rounds: int) -> tuple[list[float], list[float]]:
 def run(quick: bool = False) -> list[Row]:
     with workdir("resume") as tmp:
         fixtures = build_fixtures(tmp)
-        first_call = time_to_first_call(fixtures, tmp, rounds=3 if quick else 7)
-        in_process = work_before_first_call(fixtures, tmp, rounds=3 if quick else 7)
-        ours_t, raw_t = rebuild(fixtures, rounds=10 if quick else 40)
+        first_call = time_to_first_call(fixtures, tmp, rounds=scale(3 if quick else 7, 1))
+        in_process = work_before_first_call(fixtures, tmp, rounds=scale(3 if quick else 7, 1))
+        ours_t, raw_t = rebuild(fixtures, rounds=scale(10 if quick else 40, 2))
     fresh = median(first_call["fresh"])
     rows = []
     for n in RESUME_LENGTHS:
