@@ -84,7 +84,17 @@ def add_assistant_turn(messages: list[dict], blocks: list[dict]) -> None:
 
 
 def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
-    """The messages list the next API call receives, checked against the API's rules.
+    """The messages list the next API call receives, checked against the API's rules (see ``messages_and_lengths``)."""
+    return messages_and_lengths(run, steps)[0]
+
+
+# A message's compact JSON around its content: '{"role":"assistant","content":' + blocks + '}'.
+_WRAPPED = {role: len(f'{{"role":"{role}","content":}}') for role in ("assistant", "user")}
+
+
+def messages_and_lengths(run: "Run", steps: Iterable["Step"]) -> tuple[list[dict], list[int | None]]:
+    """The messages list the next API call receives, checked against the API's rules, and each message's
+    encoded length where the stored text gives it (``history_size``; None where a turn was changed).
 
     A trailing step whose tools have not run yet is left out (the driver runs
     them first): no tool_use is ever emitted without its results. A step with
@@ -92,6 +102,7 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
     turn.
     """
     messages: list[dict] = [{"role": "user", "content": run.user_msg}]
+    lengths: list[int | None] = [None]
     steps = list(steps)
     for i, step in enumerate(steps):
         if step.n != i + 1:
@@ -114,10 +125,17 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
                 raise _refuse(run.id, step.n, "an empty turn follows it")
             # (no call and only text: a note a person added after this step, in a fork)
             _check_results(run.id, step, ids, results)
+        before = len(messages)
         add_assistant_turn(messages, assistant)
+        # The stored text is the blocks' encoding (store.dumps) when the turn went in whole and on its own.
+        whole = len(messages) > before and len(messages[-1]["content"]) == len(assistant)
+        lengths.append(_WRAPPED["assistant"] + len(step.assistant) if whole else None)
+        if len(messages) == before:
+            lengths[-2:] = [None]  # merged into the turn before: that one is measured again
         if results is not None:
             messages.append({"role": "user", "content": results})
-    return messages
+            lengths.append(_WRAPPED["user"] + len(step.tool_results))
+    return messages, lengths
 
 
 def rebuild_messages(store: "Store", run_id: str, steps: list["Step"] | None = None) -> list[dict]:

@@ -24,7 +24,7 @@ from .sample_tasks import SEED_TASKS
 from ..config.errors import ReplySpooled
 from .spool import ingest_spool, pending_spool, spool_reply
 from .status import RESUMABLE, RunStatus
-from .tables.steps import StepRecord, dumps, step_blocks
+from .tables.steps import ReplayStep, StepRecord, dumps, step_blocks
 
 
 def __getattr__(name: str):
@@ -35,7 +35,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "CHANGE_SLOTS", "HEARTBEAT_EVERY_S", "HOSTNAME", "MIGRATIONS", "RESUMABLE", "SCHEMA_VERSION", "SEED_TASKS",
-    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
+    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "ReplayStep", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
     "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
     "process_start_time", "safe_url", "spool_reply", "step_blocks",

@@ -40,7 +40,7 @@ from .tables import approvals, claims, database, forks, resumes, runs, spend, st
 from .tables.approvals import CallToAsk
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
-from .tables.steps import StepRecord
+from .tables.steps import ReplayStep, StepRecord
 
 
 class Store:
@@ -244,7 +244,7 @@ class Store:
         """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
         return steps.steps(self, run_id, from_n=from_n)
 
-    def replay_steps(self, run_id: str) -> list[Step]:
+    def replay_steps(self, run_id: str) -> list[ReplayStep]:
         """Steps with only what a resume reads: the blocks, stop reason and token counts."""
         return steps.replay_steps(self, run_id)
 
