@@ -240,9 +240,10 @@ class Store:
         except Exception:  # noqa: BLE001 - nothing paid for or promised rides on it; the marks stay
             return 0
 
-    def steps(self, run_id: str, *, from_n: int | None = None) -> list[Step]:
-        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
-        return steps.steps(self, run_id, from_n=from_n)
+    def steps(self, run_id: str, *, from_n: int | None = None, limit: int | None = None) -> list[Step]:
+        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail), ``limit`` the first
+        that many of them (``dayflow show`` reads a long run a page at a time)."""
+        return steps.steps(self, run_id, from_n=from_n, limit=limit)
 
     def replay_steps(self, run_id: str) -> list[ReplayStep]:
         """Steps with only what a resume reads: the blocks, stop reason and token counts."""

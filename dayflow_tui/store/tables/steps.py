@@ -163,12 +163,14 @@ def set_tool_results(store: StoreHandle, run_id: str, n: int, results: list[dict
 
 
 @store_call
-def steps(store: StoreHandle, run_id: str, *, from_n: int | None = None) -> list[Step]:
-    """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
+def steps(store: StoreHandle, run_id: str, *, from_n: int | None = None, limit: int | None = None) -> list[Step]:
+    """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail), ``limit`` the first
+    that many of them."""
     query = Step.select().where(Step.run == run_id)
     if from_n is not None:
         query = query.where(Step.n >= from_n)
-    return list(query.order_by(Step.n))
+    query = query.order_by(Step.n)
+    return list(query if limit is None else query.limit(limit))
 
 
 @store_call
