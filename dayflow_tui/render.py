@@ -6,6 +6,7 @@ Content is wrapped in ``rich.text.Text`` (never parsed as markup) after
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 from rich.console import Console, Group
@@ -16,6 +17,18 @@ from rich.text import Text
 from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
 from .agent.transcript import attach_decisions, build_steps
+
+
+def transcript_console(**options) -> Console:
+    """A Console for a long transcript: what it asks of the environment and the terminal, asked once.
+
+    Rich reads the terminal's size and several environment variables on every ``print``: a quarter of a
+    5,000-step transcript's time. A copy of the environment (a plain dict) and the size found at the start
+    give the same output.
+    """
+    console = Console(highlight=False, soft_wrap=False, _environ=dict(os.environ), **options)
+    console.size = console.size
+    return console
 
 
 def _safe(text: object, style: str = "") -> Text:
@@ -36,7 +49,7 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
     ``pages``: the steps a page at a time, read as they are needed (instead of ``steps``): each page is
     written and flushed before the next is read, so a long run's first screen comes at once.
     """
-    console = console or Console(highlight=False, soft_wrap=False)
+    console = console or transcript_console()
     # Every value is what a row holds, damaged or not: shown as text.
     header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(status or run.status)}  model=",
                            printable(run.model), printable(f"  tokens={run.input_tokens}/{run.output_tokens}"))

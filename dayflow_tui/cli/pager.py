@@ -18,6 +18,8 @@ from typing import Iterator
 
 from rich.console import Console
 
+from ..render import transcript_console
+
 DEFAULT_PAGER = "less"
 
 
@@ -37,7 +39,7 @@ def paged(enabled: bool = True) -> Iterator[Console]:
     """
     command = pager_command() if enabled else None
     if command is None:
-        yield Console(highlight=False, soft_wrap=False)
+        yield transcript_console()
         return
     env = dict(os.environ)
     env.setdefault("LESS", "FRX")
@@ -46,10 +48,10 @@ def paged(enabled: bool = True) -> Iterator[Console]:
         pager = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env, text=True,
                                  encoding="utf-8", errors="replace")
     except OSError:  # no shell, or it cannot start: print as if there were no pager
-        yield Console(highlight=False, soft_wrap=False)
+        yield transcript_console()
         return
     try:
-        yield Console(file=pager.stdin, force_terminal=True, width=width, highlight=False, soft_wrap=False)
+        yield transcript_console(file=pager.stdin, force_terminal=True, width=width)
         pager.stdin.close()
     except BrokenPipeError:
         pass  # the user quit the pager
