@@ -13,7 +13,7 @@ readable line. The store knows nothing of the agent or any front end.
 """
 
 from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
-from .dialect import CHANGE_SLOTS, is_url, safe_url
+from .dialect import is_url, safe_url
 from .api import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
                      pid_alive, process_start_time)
@@ -30,6 +30,10 @@ from .tables.steps import ReplayStep, StepRecord, dumps, step_blocks
 def __getattr__(name: str):
     if name == "HOSTNAME":  # this host's name in leases, read from the settings when asked
         return this_host()
+    if name == "CHANGE_SLOTS":  # PostgreSQL's: its dialect is imported only when asked
+        from .dialect import postgres
+
+        return postgres.CHANGE_SLOTS
     raise AttributeError(name)
 
 
