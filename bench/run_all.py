@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rows.extend(found)
         print(f"[{key}] done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        if args.markdown:  # the items so far: a long run stopped part-way keeps what it measured
+            Path(args.markdown).write_text(f"Machine: {about}\n\n{table(rows)}\n", encoding="utf-8")
     text = table(rows)
     print(text)
     if args.markdown:

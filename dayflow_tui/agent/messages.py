@@ -10,6 +10,7 @@ blocks, a tool call without its result, results that answer nothing.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Iterable
 
 from ..config.errors import HistoryError, StoreError
@@ -24,13 +25,23 @@ def _refuse(run_id: str, n: int, what: str) -> HistoryError:
                         "(see it with: dayflow show --raw " + run_id + ")")
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
 def _blocks(run_id: str, step: "Step", column: str) -> list[dict] | None:
-    try:
-        blocks = step_blocks(step, column)
-    except StoreError as exc:
-        raise _refuse(run_id, step.n, str(exc).split(": ", 1)[-1]) from None
-    if blocks is None:
+    raw = getattr(step, column)
+    if raw is None:
         return None
+    try:
+        # The stored text as the store wrote it (no space around it): decoded without json.loads' wrapper.
+        blocks, end = _raw_decode(raw)
+        if end != len(raw) or not isinstance(blocks, list):
+            raise ValueError
+    except (TypeError, ValueError):
+        try:  # anything else: the store's own reading, and its words for what is wrong
+            blocks = step_blocks(step, column)
+        except StoreError as exc:
+            raise _refuse(run_id, step.n, str(exc).split(": ", 1)[-1]) from None
     for block in blocks:
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _refuse(run_id, step.n, f"stored {column} holds a block that is not an object with a type")
@@ -88,6 +99,13 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
     return messages_and_lengths(run, steps)[0]
 
 
+class _Named:
+    __slots__ = ("id",)
+
+    def __init__(self, run_id: str):
+        self.id = run_id
+
+
 # A message's compact JSON around its content: '{"role":"assistant","content":' + blocks + '}'.
 _WRAPPED = {role: len(f'{{"role":"{role}","content":}}') for role in ("assistant", "user")}
 
@@ -104,6 +122,7 @@ def messages_and_lengths(run: "Run", steps: Iterable["Step"]) -> tuple[list[dict
     messages: list[dict] = [{"role": "user", "content": run.user_msg}]
     lengths: list[int | None] = [None]
     steps = list(steps)
+    run = _Named(run.id)  # the model's field descriptors, read 40,000 times for 10,000 steps, read once
     for i, step in enumerate(steps):
         if step.n != i + 1:
             raise _refuse(run.id, i + 1, f"is missing (the next stored step is {step.n})")
