@@ -50,8 +50,11 @@ def paged(enabled: bool = True) -> Iterator[Console]:
     except OSError:  # no shell, or it cannot start: print as if there were no pager
         yield transcript_console()
         return
+    console = transcript_console(file=pager.stdin, force_terminal=True, width=width)
+    # Rich's own handling of a closed pipe exits 1 (it is meant for stdout); q in the pager is a normal end.
+    console.on_broken_pipe = _pager_closed
     try:
-        yield transcript_console(file=pager.stdin, force_terminal=True, width=width)
+        yield console
         pager.stdin.close()
     except BrokenPipeError:
         pass  # the user quit the pager
@@ -59,3 +62,7 @@ def paged(enabled: bool = True) -> Iterator[Console]:
         with contextlib.suppress(BrokenPipeError, OSError):
             pager.stdin.close()
         pager.wait()
+
+
+def _pager_closed() -> None:
+    raise BrokenPipeError

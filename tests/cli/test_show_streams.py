@@ -99,3 +99,14 @@ def test_no_pager_and_a_pipe_print_directly(tmp_path):
                            env=cli_env(PAGER=pager), timeout=120)
     assert piped.returncode == 0 and f"run {run_id}".encode() in piped.stdout and not got.exists()
     assert b"\x1b[" not in piped.stdout  # a pipe gets plain text
+
+
+def test_quitting_the_pager_early_is_a_normal_end(tmp_path):
+    """``q`` in less before the end: the pager is gone, the rest cannot be written; exit 0, nothing on stderr."""
+    db = tmp_path / "long.db"
+    run_id = _long_run(db, STEPS)
+    script = tmp_path / "quits.py"
+    script.write_text("import sys\nsys.stdin.readline()\n")  # one line read, then gone (like q)
+    done, screen = run_on_a_terminal(dayflow_cmd("show", run_id, "--db", str(db)), stream="stdout",
+                                     env=cli_env(PAGER=f"{sys.executable} {script}"), timeout=120)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr[-2000:]
