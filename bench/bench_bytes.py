@@ -36,9 +36,9 @@ import time
 import zlib
 from pathlib import Path
 
-from bench.common import Row, agent_step, median, ms, settled_bytes, size, step_record, workdir
+from bench.common import Row, scale, agent_step, median, ms, settled_bytes, size, step_record, workdir
 
-STEPS = 400
+STEPS = scale(400, 10)
 
 
 def loop_step_record(i: int, assistant: list[dict]):
@@ -113,7 +113,7 @@ def ours(tmp: Path) -> dict[int, tuple[float, float, float]]:
     for k, first in enumerate(range(1, STEPS + 1, chunk)):
         for f in (files if k % 2 else files[::-1]):  # alternate who goes first: machine noise hits all alike
             f.steps(range(first, min(first + chunk, STEPS + 1)))
-    for r in range(23):  # the reads are short: many rounds, or load decides the ratio
+    for r in range(scale(23, 3)):  # the reads are short: many rounds, or load decides the ratio
         for f in (files if r % 2 else files[::-1]):
             f.read_history()
     return {f.page_size: ((settled_bytes(f.path) - f.empty) / STEPS, median(f.times), median(f.reads[2:]))

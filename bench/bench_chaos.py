@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Row, workdir  # noqa: E402
+from bench.common import Row, scale, workdir  # noqa: E402
 
 
 def _row(report, what: str) -> Row:
@@ -51,7 +51,7 @@ def postgres_trial(seed: int, quick: bool) -> Row:
             FaultProxy((server.hostname or "127.0.0.1", server.port or 5432)) as proxy:
         pool = ChaosPool(backend="postgres", worker_db=proxy.url(url), check_db=url, workdir=tmp,
                          disturber=ProxyCuts(proxy, random.Random(seed)), seed=seed,
-                         runs=12 if quick else 30, workers=4, kills=3)
+                         runs=scale(12 if quick else 30, 3), workers=scale(4, 2), kills=scale(3, 1))
         report = pool.run()
     return _row(report, "4 workers on PostgreSQL, connections cut every 1-2 s, 3 SIGKILLs")
 
@@ -63,7 +63,7 @@ def sqlite_trial(seed: int, quick: bool) -> Row:
         db = tmp / "dayflow.db"
         holder = LockHolder(db, sqlite_busy_timeout_s(db) + 1.5, random.Random(seed))
         pool = ChaosPool(backend="sqlite", worker_db=str(db), check_db=str(db), workdir=tmp, disturber=holder,
-                         seed=seed, runs=8 if quick else 16, workers=3, kills=2)
+                         seed=seed, runs=scale(8 if quick else 16, 3), workers=scale(3, 2), kills=scale(2, 1))
         report = pool.run()
     return _row(report, f"3 workers on SQLite, write lock held {holder.hold_s:g} s at a time, 2 SIGKILLs")
 

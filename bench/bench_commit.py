@@ -13,7 +13,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from bench.common import Row, agent_step, interleaved, median, ms, pct, step_record, workdir
+from bench.common import Row, scale, agent_step, interleaved, median, ms, pct, step_record, workdir
 
 _RAW_INSERT = (
     "INSERT INTO steps (run_id, n, stop_reason, assistant, tool_results, input_tokens, output_tokens, "
@@ -94,7 +94,7 @@ def measure(rounds: int = 400) -> dict:
 
 
 def run(quick: bool = False) -> list[Row]:
-    found = measure(rounds=150 if quick else 600)
+    found = measure(rounds=scale(150 if quick else 600, 10))
     ours, raw = found["ours"], found["raw"]
     ratio = median(ours) / median(raw)
     overhead_us = (median(ours) - median(raw)) * 1e6

@@ -28,10 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import REPO, Row, median, ms, quiet_env, size
+from bench.common import REPO, Row, scale, median, ms, quiet_env, size
 
-LIST_SIZES = (10, 10_000, 100_000)
-LONG_RUNS = {"bench-long-00010": 10, "bench-long-00500": 500}
+LIST_SIZES = scale((10, 10_000, 100_000), (10, 100))
+LONG_RUNS = scale({"bench-long-00010": 10, "bench-long-00500": 500},
+                  {"bench-long-00010": 10, "bench-long-00500": 20})
 
 _fixtures: dict[int, Path] = {}
 _dir: Path | None = None
@@ -107,7 +108,7 @@ def run(quick: bool = False) -> list[Row]:
     rounds = 1 if quick else 3
     lists = measure_lists(1 if quick else 5)  # five: a load spike on a shared machine must not be the median
     transcripts = measure_transcripts(rounds)
-    live = measure_live(2 if quick else 5)
+    live = measure_live(scale(2 if quick else 5, 1))
 
     rows = []
     small = lists[LIST_SIZES[0]]

@@ -28,9 +28,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from bench.common import Row, agent_step, median, ms, settled_bytes, size, step_record, workdir
+from bench.common import Row, scale, agent_step, median, ms, settled_bytes, size, step_record, workdir
 
-LENGTHS = (10, 100, 400)
+LENGTHS = scale((10, 100, 400), (10, 20))
 _LAST = 25  # per-step time at length N: the median of the last 25 steps (all of them for N = 10)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # ``python bench/bench_live.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO, Row, median, ms, quiet_env  # noqa: E402
+from bench.common import REPO, Row, scale, median, ms, quiet_env  # noqa: E402
 
 TICK_S = 0.005
 EVERY_S = 0.1
@@ -120,9 +120,9 @@ async def _probe(db: str, steps: int, added: int) -> dict:
 
 
 def run(quick: bool = False) -> list[Row]:
-    sizes = (10, 1_000) if quick else (10, 5_000)
-    added = 30 if quick else 100
-    rounds = 2 if quick else 3
+    sizes = scale((10, 1_000) if quick else (10, 5_000), (5, 40))
+    added = scale(30 if quick else 100, 5)
+    rounds = scale(2 if quick else 3, 1)
     folder = Path(tempfile.mkdtemp(prefix="dayflow-bench-live-"))
     dbs = {n: fixture(n, folder) for n in sizes}
     results: dict[int, list[dict]] = {n: [] for n in sizes}

@@ -30,9 +30,9 @@ from urllib.parse import quote
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import BIN, Row, agent_step, median, ms, pct, quiet_env, step_record, workdir  # noqa: E402
+from bench.common import BIN, Row, scale, agent_step, median, ms, pct, quiet_env, step_record, workdir  # noqa: E402
 
-WORKER_COUNTS = (1, 2, 4)
+WORKER_COUNTS = scale((1, 2, 4), (1, 2))
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -176,7 +176,7 @@ def run(quick: bool = False) -> list[Row]:
     except Exception as exc:  # no driver or no server: say so in the table, do not fail the rest
         return [Row("7 PostgreSQL", "skipped", "", note=f"no server at {server_url()}: {type(exc).__name__}")]
     settings = server_settings()
-    n_runs = 40 if quick else 150
+    n_runs = scale(40 if quick else 150, 4)
     rows: list[Row] = []
     rates: dict[tuple[str, int], float] = {}
     for workers in WORKER_COUNTS:
@@ -189,15 +189,15 @@ def run(quick: bool = False) -> list[Row]:
                         f"{pg:.1f} runs/s", f"SQLite {lite:.1f} runs/s", pg / lite,
                         note=f"x{pg / rates['postgres', 1]:.2f} of 1 worker" if workers > 1 else settings))
     # With API-like latency the work is waiting, not CPU: this is where more workers pay off.
-    delay, n_slow = 0.1, 24 if quick else 60
+    delay, n_slow = 0.1, scale(24 if quick else 60, 4)
     slow = {}
-    for workers in (1, 4):
+    for workers in (1, WORKER_COUNTS[-1]):
         with target("postgres") as db:
             slow[workers] = runs_per_second(db, workers, n_slow, delay=delay)
     rows.append(Row("7 PostgreSQL", f"runs completed per second with {delay * 1000:.0f} ms per model call, "
-                    f"4 worker processes, {n_slow} queued runs", f"{slow[4]:.2f} runs/s",
-                    f"1 worker {slow[1]:.2f} runs/s", slow[4] / slow[1]))
-    timings = commit_timings(rounds=100 if quick else 400)
+                    f"{WORKER_COUNTS[-1]} worker processes, {n_slow} queued runs", f"{slow[WORKER_COUNTS[-1]]:.2f} runs/s",
+                    f"1 worker {slow[1]:.2f} runs/s", slow[WORKER_COUNTS[-1]] / slow[1]))
+    timings = commit_timings(rounds=scale(100 if quick else 400, 30))
     pg, lite = timings["postgres"], timings["sqlite"]
     rows.append(Row("7 PostgreSQL", "append_step, median (step row + run totals + change counter, 1 tx)",
                     ms(median(pg)), f"SQLite {ms(median(lite))}", median(pg) / median(lite),

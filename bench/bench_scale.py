@@ -29,10 +29,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # ``python bench/bench_scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO, Row, median, ms, quiet_env, size  # noqa: E402
+from bench.common import REPO, Row, scale, median, ms, quiet_env, size  # noqa: E402
 
-SIZES = (10, 10_000, 100_000, 1_000_000)
-QUICK_SIZES = (10, 10_000, 100_000)
+SIZES = scale((10, 10_000, 100_000, 1_000_000), (10, 200))
+QUICK_SIZES = scale((10, 10_000, 100_000), (10, 200))
 _dir: Path | None = None
 
 
@@ -120,7 +120,7 @@ def _growth(key: str, n: int, results: dict[int, list[dict]]) -> str:
 
 def run(quick: bool = False) -> list[Row]:
     sizes = QUICK_SIZES if quick else SIZES
-    rounds = 3 if quick else 5
+    rounds = scale(3 if quick else 5, 1)
     for n in sizes:
         fixture(n)
     results: dict[int, list[dict]] = {n: [] for n in sizes}

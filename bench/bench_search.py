@@ -35,7 +35,7 @@ from typing import Callable, Iterator
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Row, interleaved, median, ms, size, workdir  # noqa: E402
+from bench.common import Row, scale, interleaved, median, ms, size, workdir  # noqa: E402
 
 RUNS = 100_000
 STEPS_PER_RUN = 10
@@ -251,7 +251,7 @@ def query_rows(store, label: str, rounds: int) -> list[Row]:
         ratio = median(ours_t) / median(scan_t)
         target = name.startswith("two words")
         met = (ratio <= 0.05 and median(ours_t) < 0.1) if target else None
-        rows.append(Row(f"12 search {label}", f"{name}: `{text}`, 50 newest hits, median",
+        rows.append(Row(f"13 search {label}", f"{name}: `{text}`, 50 newest hits, median",
                         ms(median(ours_t)), f"LIKE scan {ms(median(scan_t))}", ratio,
                         "<= 0.05x and < 100 ms" if target else "", met,
                         f"{note}; {found['ours']} hits (scan: {found['scan']} rows)"))
@@ -266,7 +266,7 @@ def trigram_rows(store, label: str, rounds: int) -> list[Row]:
         db.execute_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
     except Exception as exc:  # not installed, or not allowed here
         db.rollback()
-        return [Row(f"12 search {label}", f"pg_trgm alternative: skipped ({str(exc).splitlines()[0]})", "")]
+        return [Row(f"13 search {label}", f"pg_trgm alternative: skipped ({str(exc).splitlines()[0]})", "")]
     text = "(assistant || ' ' || coalesce(tool_results, ''))"
     started = time.perf_counter()
     db.execute_sql("SET maintenance_work_mem = '256MB'")
@@ -289,10 +289,10 @@ def trigram_rows(store, label: str, rounds: int) -> list[Row]:
                                  rounds=rounds, warmup=1)
     db.execute_sql("DROP INDEX bench_steps_trgm")
     return [
-        Row(f"12 search {label}", f"pg_trgm GIN index over the steps' text: {name} `{query_text}`, median",
+        Row(f"13 search {label}", f"pg_trgm GIN index over the steps' text: {name} `{query_text}`, median",
             ms(median(trgm_t)), f"ours (tsvector) {ms(median(ours_t))}", median(trgm_t) / median(ours_t), "", None,
             "ILIKE both words through the trigram index, newest first, 50 rows"),
-        Row(f"12 search {label}", "pg_trgm index bytes per step, vs our index (tsvector rows + GIN)",
+        Row(f"13 search {label}", "pg_trgm index bytes per step, vs our index (tsvector rows + GIN)",
             f"{size(index_bytes / count)}/step", f"ours {size(ours_bytes / count)}/step", index_bytes / ours_bytes,
             "", None, f"the steps themselves {size(steps_bytes / count)}/step; trigram index built in {built_s:.0f} s"),
     ]
@@ -302,7 +302,9 @@ def trigram_rows(store, label: str, rounds: int) -> list[Row]:
 
 
 def commit_cost(url_with: str, url_without: str, label: str, rounds: int) -> list[Row]:
-    from dayflow_tui.store import StepRecord, open_store, search
+    from dayflow_tui.store import StepRecord, open_store
+    from dayflow_tui.store.dialect.sqlite import FTS
+    from dayflow_tui.store.search import DOCS
 
     workload = Workload(seed=SEED + 7)
     stores = {}
@@ -312,8 +314,8 @@ def commit_cost(url_with: str, url_without: str, label: str, rounds: int) -> lis
         stores[key] = (store, run, lease)
     store = stores["without"][0]
     with store.write_transaction():
-        store.db.execute_sql(f'DROP TABLE IF EXISTS "{search.FTS}"')
-        store.db.execute_sql(f'DROP TABLE IF EXISTS "{search.DOCS}"')
+        store.db.execute_sql(f'DROP TABLE IF EXISTS "{FTS}"')  # SQLite's; none on PostgreSQL
+        store.db.execute_sql(f'DROP TABLE IF EXISTS "{DOCS}"')
     store._search_state = None
     counters = {"with": 0, "without": 0}
     steps = [workload.step(7, n, False) for n in range(1, rounds + 60)]
@@ -339,10 +341,10 @@ def commit_cost(url_with: str, url_without: str, label: str, rounds: int) -> lis
     ratio = median(with_t) / median(without_t)
     bytes_ratio = sizes["with"] / sizes["without"]
     return [
-        Row(f"12 search {label}", "step commit with the index (append_step + set_tool_results), median",
+        Row(f"13 search {label}", "step commit with the index (append_step + set_tool_results), median",
             ms(median(with_t)), f"without the index {ms(median(without_t))}", ratio, "<= 1.15x", ratio <= 1.15,
             f"{(median(with_t) - median(without_t)) * 1e6:+.0f} us per step; {rounds} steps each, alternating"),
-        Row(f"12 search {label}", f"database bytes per step after {counters['with']:,} steps committed one by one",
+        Row(f"13 search {label}", f"database bytes per step after {counters['with']:,} steps committed one by one",
             f"{size(sizes['with'])}/step", f"without the index {size(sizes['without'])}/step", bytes_ratio,
             "<= 1.5x", bytes_ratio <= 1.5, "a tiny database: fixed costs (pages, the sample tasks) weigh more"),
     ]
@@ -378,7 +380,7 @@ def _big(label: str, target: str, existed: bool, runs: int, rounds: int, say) ->
             rows += trigram_rows(store, label, rounds)
         if built:
             ratio = built["after"] / built["before"]
-            rows.append(Row(f"12 search {label}", f"database bytes per step, {built['steps']:,} steps, index "
+            rows.append(Row(f"13 search {label}", f"database bytes per step, {built['steps']:,} steps, index "
                             "built by the migration", f"{size(built['after'] / built['steps'])}/step",
                             f"without the index {size(built['before'] / built['steps'])}/step", ratio, "<= 1.5x",
                             ratio <= 1.5, f"index built in {built['index_s']:.0f} s "
@@ -394,30 +396,30 @@ def run(quick: bool = False, backends: tuple[str, ...] = ("sqlite", "postgres"))
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    runs = 20_000 if quick else RUNS
-    rounds = 3 if quick else 7
+    runs = scale(20_000 if quick else RUNS, 300)
+    rounds = scale(3 if quick else 7, 1)
     keep = os.environ.get("DAYFLOW_BENCH_SEARCH_KEEP")
     rows: list[Row] = []
     if "sqlite" in backends:
         with _sqlite_target(keep, f"search-{runs}.db") as (path, existed):
             rows += _big("SQLite", path, existed, runs, rounds, say)
         with workdir("search-commit") as tmp:
-            rows += commit_cost(str(tmp / "with.db"), str(tmp / "without.db"), "SQLite", 150 if quick else 500)
+            rows += commit_cost(str(tmp / "with.db"), str(tmp / "without.db"), "SQLite", scale(150 if quick else 500, 10))
     if "postgres" not in backends:
         return rows
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return rows + [Row("12 search PostgreSQL", "skipped: psycopg is not installed", "")]
+        return rows + [Row("13 search PostgreSQL", "skipped: psycopg is not installed", "")]
     try:
         with pg_schema() as url:
             rows += _big("PostgreSQL", url, False, runs, rounds, say)
         with pg_schema() as with_url, pg_schema() as without_url:
-            rows += commit_cost(with_url, without_url, "PostgreSQL", 100 if quick else 400)
+            rows += commit_cost(with_url, without_url, "PostgreSQL", scale(100 if quick else 400, 10))
     except Exception as exc:  # no server: the SQLite half still stands
         if "connect" not in str(exc).lower():
             raise
-        rows.append(Row("12 search PostgreSQL", f"skipped: {str(exc).splitlines()[0]}", ""))
+        rows.append(Row("13 search PostgreSQL", f"skipped: {str(exc).splitlines()[0]}", ""))
     return rows
 
 

@@ -26,7 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_commit import RawCommitter  # noqa: E402
-from bench.common import Row, agent_step, interleaved, median, ms, pct, step_record, workdir  # noqa: E402
+from bench.common import Row, scale, agent_step, interleaved, median, ms, pct, step_record, workdir  # noqa: E402
 
 TARGET = 1.3
 
@@ -131,7 +131,7 @@ def measure(rounds: int = 400) -> dict:
 
 
 def run(quick: bool = False) -> list[Row]:
-    found = measure(rounds=150 if quick else 600)
+    found = measure(rounds=scale(150 if quick else 600, 10))
     ours, raw = found["ours"], found["raw"]
     ratio = median(ours) / median(raw)
     rows = [

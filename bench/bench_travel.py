@@ -24,7 +24,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench.common import Row, build_run, db_bytes, interleaved, median, ms, quiet_env, size, workdir
+from bench.common import Row, scale, build_run, db_bytes, interleaved, median, ms, quiet_env, size, workdir
 
 WRITER = r"""
 import json, sys, time
@@ -132,7 +132,7 @@ def _export_import(quick: bool) -> list[Row]:
     with workdir("travel-io") as work:
         source_path = work / "source.db"
         store = open_store(source_path)
-        run_id = build_run(store, 1000)
+        run_id = build_run(store, scale(1000, 20))
         store.close()
         _checkpoint(source_path)
         archive = work / "run.jsonl"
@@ -173,7 +173,7 @@ def _export_import(quick: bool) -> list[Row]:
 
         open_store(work / "empty.db").close()
         _checkpoint(work / "empty.db")
-        rounds = 3 if quick else 7
+        rounds = scale(3 if quick else 7, 1)
         ours_out, raw_out = interleaved(ours_export, raw_export, rounds=rounds, warmup=1)
         ours_in, raw_in = interleaved(ours_import, raw_import, rounds=rounds, warmup=1)
         rows.append(Row("12 travel", "export --jsonl, 1,000-step run (median)", ms(median(ours_out)),
@@ -189,15 +189,15 @@ def _vacuum_stalls(quick: bool) -> list[Row]:
     rows: list[Row] = []
     with workdir("travel-vacuum") as work:
         incremental, legacy = work / "incremental.db", work / "legacy.db"
-        _bulky_runs(incremental, 30 if quick else 150)
+        _bulky_runs(incremental, scale(30 if quick else 150, 4))
         _checkpoint(incremental)
         shutil.copy(incremental, legacy)
         _legacy(legacy)
         results: dict[str, list[tuple[float, float, int, int]]] = {"none": [], "incremental": [], "full": []}
         for _ in range(1 if quick else 3):
-            results["none"].append(_writer_round(incremental, work, vacuum=False, seconds=4))
-            results["incremental"].append(_writer_round(incremental, work, vacuum=True, seconds=8))
-            results["full"].append(_writer_round(legacy, work, vacuum=True, seconds=8))
+            results["none"].append(_writer_round(incremental, work, vacuum=False, seconds=scale(4, 1)))
+            results["incremental"].append(_writer_round(incremental, work, vacuum=True, seconds=scale(8, 2)))
+            results["full"].append(_writer_round(legacy, work, vacuum=True, seconds=scale(8, 2)))
     base = median([r[0] for r in results["none"]])
     for kind, label in (("incremental", "incremental vacuum (new files)"),
                         ("full", "first vacuum of an older file (one full VACUUM)")):

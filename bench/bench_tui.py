@@ -24,12 +24,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # ``python bench/bench_tui.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Row, build_run, median, ms, workdir  # noqa: E402
+from bench.common import Row, scale, build_run, median, ms, workdir  # noqa: E402
 from dayflow_tui.tui.pilot_support import wait_until  # noqa: E402
 
 SIZE = (120, 36)
-LIST_SIZES = (10, 10_000, 100_000)
-TRANSCRIPT_STEPS = (10, 500)
+LIST_SIZES = scale((10, 10_000, 100_000), (10, 100))
+TRANSCRIPT_STEPS = scale((10, 500), (5, 20))
 
 
 async def _until(pilot, condition, timeout: float = 120.0) -> None:
@@ -125,7 +125,7 @@ def build_fixtures(tmp: Path, list_sizes, transcript_steps) -> tuple[dict, dict]
 
 def run(quick: bool = False) -> list[Row]:
     os.environ.setdefault("DAYFLOW_OFFLINE_DELAY", "0")
-    rounds = 3 if quick else 7
+    rounds = scale(3 if quick else 7, 1)
     list_sizes = LIST_SIZES[:2] if quick else LIST_SIZES
     rows: list[Row] = []
     with workdir("tui") as tmp:

@@ -22,6 +22,16 @@ from typing import Iterator, Sequence
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 
+# ``python -m bench --smoke`` (and the test that runs it) sets this before any item is imported: every
+# item runs at a tiny size, to show it still runs, not to measure anything.
+SMOKE = os.environ.get("DAYFLOW_BENCH_SMOKE") == "1"
+
+
+def scale(full, smoke):
+    """``full`` for a measurement, ``smoke`` when the run only checks that the item still runs."""
+    return smoke if SMOKE else full
+
+
 # About 2 KB of tool payload per step, like a tool that returns a page of mail.
 TOOL_PAYLOAD_BYTES = 2048
 # Cycling through these (their results in the history) lets the offline model

@@ -1,6 +1,7 @@
 """Run every benchmark and print one table: ``python -m bench`` (from the repository root).
 
-``--quick`` takes fewer samples (a smoke run, not for publishing);
+``--quick`` takes fewer samples (not for publishing); ``--smoke`` runs every item at a tiny size in
+seconds (does it still run? no ratio means anything; tests/bench runs it);
 ``--only 1,3`` runs some items; ``--markdown FILE`` also writes the table as
 Markdown with the machine it ran on.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # ``python bench/run_all.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import common  # noqa: E402
 from bench.common import Row  # noqa: E402
 
 # item number -> (module, title). Optional modules (another developer's, or a
@@ -70,7 +72,9 @@ def table(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer samples: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="fewer samples (not for publishing)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every item at a tiny size, in seconds: does it still run (no ratio means anything)")
     parser.add_argument("--only", help="comma-separated item numbers, e.g. 1,3")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
@@ -79,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown item(s) {', '.join(unknown)}; choose from {', '.join(ITEMS)}")
 
+    if args.smoke:
+        # Before any item is imported: their sizes are module constants read through bench.common.scale.
+        os.environ["DAYFLOW_BENCH_SMOKE"] = "1"
+        common.SMOKE = True
+    quick = args.quick or args.smoke
     os.environ.pop("ANTHROPIC_API_KEY", None)  # benchmarks never spend money
     os.environ["DAYFLOW_OFFLINE_DELAY"] = "0"
     about = machine()
@@ -98,14 +107,21 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             raise
         try:
-            found = module.run(quick=args.quick)
-        except Exception as exc:  # one broken item must not hide the others' numbers
-            failed += 1
+            found = module.run(quick=quick)
+        except Exception as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name and not exc.name.startswith(("bench", "dayflow_tui")):
+                # An optional package the item imports only when it runs (LangGraph, the Agents SDK).
+                rows.append(Row(f"{key} {title}", "skipped", "", note=f"needs {exc.name}"))
+                print(f"[{key}] skipped: needs {exc.name}", file=sys.stderr)
+                continue
+            failed += 1  # one broken item must not hide the others' numbers
             traceback.print_exc()
             rows.append(Row(f"{key} {title}", "FAILED", "", note=f"{type(exc).__name__}: {exc}"[:200]))
             continue
         rows.extend(found)
         print(f"[{key}] done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        if args.markdown:  # the items so far: a long run stopped part-way keeps what it measured
+            Path(args.markdown).write_text(f"Machine: {about}\n\n{table(rows)}\n", encoding="utf-8")
     text = table(rows)
     print(text)
     if args.markdown:

@@ -6,8 +6,10 @@ Content is wrapped in ``rich.text.Text`` (never parsed as markup) after
 
 from __future__ import annotations
 
+import os
+from typing import Iterable
+
 from rich.console import Console, Group
-from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
@@ -15,6 +17,18 @@ from rich.text import Text
 from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
 from .agent.transcript import attach_decisions, build_steps
+
+
+def transcript_console(**options) -> Console:
+    """A Console for a long transcript: what it asks of the environment and the terminal, asked once.
+
+    Rich reads the terminal's size and several environment variables on every ``print``: a quarter of a
+    5,000-step transcript's time. A copy of the environment (a plain dict) and the size found at the start
+    give the same output.
+    """
+    console = Console(highlight=False, soft_wrap=False, _environ=dict(os.environ), **options)
+    console.size = console.size
+    return console
 
 
 def _safe(text: object, style: str = "") -> Text:
@@ -25,12 +39,17 @@ def _count(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)  # (text in a damaged SQLite row: shown, not a crash)
 
 
-def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
+def print_transcript(run, steps: list | None = None, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
-                     approvals: list | None = None, status: str | None = None) -> None:
+                     approvals: list | None = None, status: str | None = None,
+                     pages: Iterable[list] | None = None) -> None:
     """``status``: the word shown (``effective_status``: a running run whose owner died is interrupted);
-    the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again."""
-    console = console or Console(highlight=False, soft_wrap=False)
+    the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again.
+
+    ``pages``: the steps a page at a time, read as they are needed (instead of ``steps``): each page is
+    written and flushed before the next is read, so a long run's first screen comes at once.
+    """
+    console = console or transcript_console()
     # Every value is what a row holds, damaged or not: shown as text.
     header = Text.assemble(("run ", "bold"), (printable(run.id), "bold cyan"), f"  {printable(status or run.status)}  model=",
                            printable(run.model), printable(f"  tokens={run.input_tokens}/{run.output_tokens}"))
@@ -50,53 +69,71 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
-    views = build_steps(steps, run.model)
-    attach_decisions(views, approvals or [])
+    _flush(console)
     resumed_after = {resume.after_step: resume for resume in resumes or []}
-    for view in views:
-        resume = resumed_after.get(view.n - 1)
-        if resume is not None and view.n > 1:
-            saved = views[view.n - 2].cum_cost if len(views) >= view.n - 1 else None
-            console.print(_safe(f"resumed {resume.at[:19].replace('T', ' ')} (was {resume.previous_status}): the "
-                                f"{resume.after_step} committed step(s) ({format_usd(saved)}) were not paid again",
-                                "bold green"))
-        gap = f"  +{view.seconds_since_previous:.1f}s" if view.seconds_since_previous is not None else ""
-        # Short enough for 80 columns: a rule is cut at the terminal's width, and the dollars come last.
-        console.print(Rule(Text(printable(
-                               f"step {view.n} · {view.stop_reason} · {view.input_tokens}/{view.output_tokens} "
-                               f"tokens · {format_usd(view.cost)} · run {view.cum_input}/{view.cum_output}, "
-                               f"{format_usd(view.cum_cost)}{gap}")),
-                           align="left", style="dim"))
-        if view.compacted_est_tokens is not None:
-            # The history is stored in full; this step's call was sent a compacted view of it.
-            console.print(_safe(f"request compacted: ~{_count(view.request_est_tokens)} -> "
-                                f"~{_count(view.compacted_est_tokens)} estimated tokens", "dim"))
-        if raw:
-            console.print(_safe(view.raw_assistant))
-            if view.raw_tool_results is not None:
-                console.print(_safe(view.raw_tool_results, "dim"))
-            continue
-        if view.problem:
-            console.print(_safe(view.problem, "bold red"))
-            continue
-        for text in view.texts:
-            console.print(_safe(text))
-        for block in view.other_blocks:
-            console.print(_safe(f"[{block.get('type')} block]", "dim italic"))
-        for call in view.calls:
-            console.print(Text.assemble("  -> ", (printable(call.name), "bold"), "(",
-                                        printable(call.compact_input()), ")"))
-            count = f", {call.item_count} item(s)" if call.item_count is not None else ""
-            style = "red" if call.is_error else "green"
-            if call.decision:
-                decided = "yellow" if call.decision.startswith("waiting") else "cyan"
-                console.print(Text.assemble("     ", ("⏸ " if decided == "yellow" else "✋ ", decided),
-                                            (printable(call.decision), decided)))
-            console.print(Text.assemble("     <- ", (call.outcome, style), count))
+    previous = None
+    for page in ([steps or []] if pages is None else pages):
+        views = build_steps(page, run.model, after=previous)
+        attach_decisions(views, approvals or [])
+        for view in views:
+            _print_step(console, view, previous, resumed_after, raw)
+            previous = view
+        _flush(console)
     if run.final_text:
+        from rich.markdown import Markdown  # markdown-it and its plugins: only a finished run's brief needs them
+
         console.print(Rule("brief", style="green"))
         # Markdown from the model is rendered as Markdown, but Rich markup in it is not interpreted.
         console.print(Markdown(printable(run.final_text)))
     elif run.error:
         word = "cancelled" if run.status == "cancelled" else "stopped"
         console.print(Group(Rule(word, style="red"), _safe(run.error, "red")))
+
+
+def _flush(console: Console) -> None:
+    flush = getattr(console.file, "flush", None)
+    if flush is not None:
+        flush()
+
+
+def _print_step(console: Console, view, previous, resumed_after: dict, raw: bool) -> None:
+    """One step: its rule (tokens, cost, the run so far), its text, its calls and their outcomes."""
+    resume = resumed_after.get(view.n - 1)
+    if resume is not None and view.n > 1:
+        saved = previous.cum_cost if previous is not None and previous.n == view.n - 1 else None
+        console.print(_safe(f"resumed {resume.at[:19].replace('T', ' ')} (was {resume.previous_status}): the "
+                            f"{resume.after_step} committed step(s) ({format_usd(saved)}) were not paid again",
+                            "bold green"))
+    gap = f"  +{view.seconds_since_previous:.1f}s" if view.seconds_since_previous is not None else ""
+    # Short enough for 80 columns: a rule is cut at the terminal's width, and the dollars come last.
+    console.print(Rule(Text(printable(
+                           f"step {view.n} · {view.stop_reason} · {view.input_tokens}/{view.output_tokens} "
+                           f"tokens · {format_usd(view.cost)} · run {view.cum_input}/{view.cum_output}, "
+                           f"{format_usd(view.cum_cost)}{gap}")),
+                       align="left", style="dim"))
+    if view.compacted_est_tokens is not None:
+        # The history is stored in full; this step's call was sent a compacted view of it.
+        console.print(_safe(f"request compacted: ~{_count(view.request_est_tokens)} -> "
+                            f"~{_count(view.compacted_est_tokens)} estimated tokens", "dim"))
+    if raw:
+        console.print(_safe(view.raw_assistant))
+        if view.raw_tool_results is not None:
+            console.print(_safe(view.raw_tool_results, "dim"))
+        return
+    if view.problem:
+        console.print(_safe(view.problem, "bold red"))
+        return
+    for text in view.texts:
+        console.print(_safe(text))
+    for block in view.other_blocks:
+        console.print(_safe(f"[{block.get('type')} block]", "dim italic"))
+    for call in view.calls:
+        console.print(Text.assemble("  -> ", (printable(call.name), "bold"), "(",
+                                    printable(call.compact_input()), ")"))
+        count = f", {call.item_count} item(s)" if call.item_count is not None else ""
+        style = "red" if call.is_error else "green"
+        if call.decision:
+            decided = "yellow" if call.decision.startswith("waiting") else "cyan"
+            console.print(Text.assemble("     ", ("⏸ " if decided == "yellow" else "✋ ", decided),
+                                        (printable(call.decision), decided)))
+        console.print(Text.assemble("     <- ", (call.outcome, style), count))

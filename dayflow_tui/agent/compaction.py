@@ -62,7 +62,8 @@ _MAX_TEXT_CHARS = 300
 _CACHE_BREAKPOINT = {"type": "ephemeral"}
 
 
-def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int = 40_000) -> list[dict]:
+def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int = 40_000,
+            size: int | None = None) -> list[dict]:
     """``messages`` with old exchanges summarised, or ``messages`` itself (the same object).
 
     Nothing changes when the estimate is at or below ``threshold_tokens``,
@@ -71,7 +72,8 @@ def compact(messages: list[dict], *, keep_last: int = 1, threshold_tokens: int =
     """
     if keep_last < 0:
         raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
-    size = estimate_tokens(messages) if messages else 0
+    if size is None:  # the caller's ``estimate_tokens(messages)``, when it has it
+        size = estimate_tokens(messages) if messages else 0
     if size <= threshold_tokens:
         return messages
     task, pairs = messages[0], pairs_of(messages)

@@ -28,6 +28,7 @@ from .journal import answer_call, call_id, kept_rows
 from .messages import add_assistant_turn
 from .registry import agent_for_run
 from .replies import BadReply, normalise, storable_raw, storable_text
+from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .tools import ToolContext, cut_off_results
 
@@ -107,9 +108,13 @@ class Driver:
         return results
 
     def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
-              replayed: int) -> RunResult:
-        """Run steps from ``start_step``; ``spent_*`` carry the whole run's tokens for the budget guard."""
+              replayed: int, lengths: list[int | None] | None = None) -> RunResult:
+        """Run steps from ``start_step``; ``spent_*`` carry the whole run's tokens for the budget guard.
+
+        ``lengths``: the messages' encoded lengths where known (a resume reads them off the stored text).
+        """
         run, n = self.run, start_step
+        sizes = HistorySizes(messages, lengths)
         while True:
             self.check_cancel()
             if self.should_stop is not None and self.should_stop():
@@ -119,7 +124,7 @@ class Driver:
             limit = limit_reached(run, n, spent_in, spent_out)
             if limit is not None:
                 return self._stop("budget", limit, n - 1, spent_in, spent_out, replayed)
-            prepared = prepare_messages(messages, run.compact_at)
+            prepared = prepare_messages(messages, run.compact_at, sizes)
             body = build_request(run.model, prepared.messages, self.agent)
             if self.cut_off_call:
                 # The last reply was cut off inside a tool call: this call gets room to finish one (once).

@@ -10,6 +10,7 @@ blocks, a tool call without its result, results that answer nothing.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Iterable
 
 from ..config.errors import HistoryError, StoreError
@@ -24,13 +25,23 @@ def _refuse(run_id: str, n: int, what: str) -> HistoryError:
                         "(see it with: dayflow show --raw " + run_id + ")")
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
 def _blocks(run_id: str, step: "Step", column: str) -> list[dict] | None:
-    try:
-        blocks = step_blocks(step, column)
-    except StoreError as exc:
-        raise _refuse(run_id, step.n, str(exc).split(": ", 1)[-1]) from None
-    if blocks is None:
+    raw = getattr(step, column)
+    if raw is None:
         return None
+    try:
+        # The stored text as the store wrote it (no space around it): decoded without json.loads' wrapper.
+        blocks, end = _raw_decode(raw)
+        if end != len(raw) or not isinstance(blocks, list):
+            raise ValueError
+    except (TypeError, ValueError):
+        try:  # anything else: the store's own reading, and its words for what is wrong
+            blocks = step_blocks(step, column)
+        except StoreError as exc:
+            raise _refuse(run_id, step.n, str(exc).split(": ", 1)[-1]) from None
     for block in blocks:
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _refuse(run_id, step.n, f"stored {column} holds a block that is not an object with a type")
@@ -84,7 +95,24 @@ def add_assistant_turn(messages: list[dict], blocks: list[dict]) -> None:
 
 
 def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
-    """The messages list the next API call receives, checked against the API's rules.
+    """The messages list the next API call receives, checked against the API's rules (see ``messages_and_lengths``)."""
+    return messages_and_lengths(run, steps)[0]
+
+
+class _Named:
+    __slots__ = ("id",)
+
+    def __init__(self, run_id: str):
+        self.id = run_id
+
+
+# A message's compact JSON around its content: '{"role":"assistant","content":' + blocks + '}'.
+_WRAPPED = {role: len(f'{{"role":"{role}","content":}}') for role in ("assistant", "user")}
+
+
+def messages_and_lengths(run: "Run", steps: Iterable["Step"]) -> tuple[list[dict], list[int | None]]:
+    """The messages list the next API call receives, checked against the API's rules, and each message's
+    encoded length where the stored text gives it (``history_size``; None where a turn was changed).
 
     A trailing step whose tools have not run yet is left out (the driver runs
     them first): no tool_use is ever emitted without its results. A step with
@@ -92,7 +120,9 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
     turn.
     """
     messages: list[dict] = [{"role": "user", "content": run.user_msg}]
+    lengths: list[int | None] = [None]
     steps = list(steps)
+    run = _Named(run.id)  # the model's field descriptors, read 40,000 times for 10,000 steps, read once
     for i, step in enumerate(steps):
         if step.n != i + 1:
             raise _refuse(run.id, i + 1, f"is missing (the next stored step is {step.n})")
@@ -114,10 +144,17 @@ def messages_from(run: "Run", steps: Iterable["Step"]) -> list[dict]:
                 raise _refuse(run.id, step.n, "an empty turn follows it")
             # (no call and only text: a note a person added after this step, in a fork)
             _check_results(run.id, step, ids, results)
+        before = len(messages)
         add_assistant_turn(messages, assistant)
+        # The stored text is the blocks' encoding (store.dumps) when the turn went in whole and on its own.
+        whole = len(messages) > before and len(messages[-1]["content"]) == len(assistant)
+        lengths.append(_WRAPPED["assistant"] + len(step.assistant) if whole else None)
+        if len(messages) == before:
+            lengths[-2:] = [None]  # merged into the turn before: that one is measured again
         if results is not None:
             messages.append({"role": "user", "content": results})
-    return messages
+            lengths.append(_WRAPPED["user"] + len(step.tool_results))
+    return messages, lengths
 
 
 def rebuild_messages(store: "Store", run_id: str, steps: list["Step"] | None = None) -> list[dict]:

@@ -21,6 +21,7 @@ from ..store import Store
 from . import backpressure, brief, sdk_client
 from .compaction import compact
 from .define import Agent
+from .history_size import HistorySizes
 from .events import MAX_TOKENS
 from .messages import rebuild_messages
 from .registry import load_agent
@@ -40,16 +41,17 @@ class RequestPreview:
         return self.est_after != self.est_before
 
 
-def prepare_messages(history: list[dict], compact_at: int | None) -> RequestPreview:
+def prepare_messages(history: list[dict], compact_at: int | None, sizes: HistorySizes | None = None) -> RequestPreview:
     """What goes over the wire for ``history``: the full history, or a compacted view of it.
 
     The database always keeps every step in full; compaction (when
-    ``compact_at`` is set) only shapes the request.
+    ``compact_at`` is set) only shapes the request. ``sizes``: the driver's running estimate of its
+    growing history (the same number, without encoding the whole history for every step).
     """
-    before = estimate_tokens(history)
+    before = estimate_tokens(history) if sizes is None else sizes.tokens(history)
     if not compact_at:
         return RequestPreview(history, before, before)
-    messages = compact(history, threshold_tokens=compact_at)
+    messages = compact(history, threshold_tokens=compact_at, size=before)
     return RequestPreview(messages, before, before if messages is history else estimate_tokens(messages))
 
 

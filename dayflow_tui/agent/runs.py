@@ -20,7 +20,8 @@ from ..config import settings
 from ..config.errors import AgentChanged, DayflowError, HistoryError, ModelCallFailed, RunBusy, UsageError
 from ..money.cost import run_cost
 from ..redaction import redact_and_cut
-from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, ingest_spool, step_blocks, still_refused
+from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool, step_blocks,
+                     still_refused)
 from ..store.retry import patience
 from . import brief, request, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
@@ -28,7 +29,7 @@ from .budget import check_dollar_budget, previous_call
 from .define import Agent
 from .driver import CancelObserved, Driver, final_state
 from .events import DEFAULT_MAX_STEPS, OnStep, RunResult, StepEvent, check_watches, drive_watches
-from .messages import add_assistant_turn, messages_from
+from .messages import add_assistant_turn, messages_and_lengths
 from .registry import agent_columns, agent_for_run
 from .replies import storable_text
 
@@ -152,9 +153,13 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         return RunResult(run.id, run.status, run.final_text, run.step_count, run.input_tokens,
                          run.output_tokens, 0, run.step_count)
     agent = change = None
+    validated = None
     if lease is None:
         check_dollar_budget(run.model, budget_usd)
-        messages_from(run, store.replay_steps(run.id))  # a damaged history is refused with nothing written
+        steps = store.replay_steps(run.id)
+        # A damaged history is refused with nothing written; a sound one is handed to the drive, which reads it
+        # again only if the run moved on before the claim (a 10,000-step history read and decoded once).
+        validated = (steps, *messages_and_lengths(run, steps))
         # An agent that cannot be loaded, or whose code changed, is refused with nothing written.
         agent, change = agent_for_run(run, allow_changed=allow_changed_agent)
         if client is None:
@@ -174,7 +179,8 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         store.release(lease)
         raise
     return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
-                         crash_after_step=crash_after_step, should_stop=should_stop, agent=agent)
+                         crash_after_step=crash_after_step, should_stop=should_stop, agent=agent,
+                         validated=validated)
 
 
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
@@ -221,7 +227,24 @@ def _finish_quietly(started) -> None:
         pass  # the watcher failed to start a drive that will not happen: nothing to report it on
 
 
-def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
+def _history(store: Store, run: Run, validated: tuple | None) -> tuple[list[ReplayStep], list[dict], list]:
+    """The run's steps, messages and their lengths: those validated before the claim when the run is as it was then.
+
+    Only the store's two step writers change a history: ``append_step`` (the run's step count moves) and
+    ``set_tool_results`` on the last step (its results appear); anything else is read again.
+    """
+    if validated is not None:
+        steps = validated[0]
+        last = steps[-1] if steps else None
+        if run.step_count == len(steps) and (last is None or last.n == len(steps)) and (
+                last is None or last.tool_results is not None or store.step_at(run.id, last.n).tool_results is None):
+            return validated
+    steps = store.replay_steps(run.id)
+    return (steps, *messages_and_lengths(run, steps))
+
+
+def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
+                   validated: tuple | None = None, **options: Any) -> RunResult:
     """Drive a leased run; however the attempt ends, the lease is released.
 
     An attempt that ends without committing a step (a reply that could not be
@@ -245,8 +268,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
             store.finish_run(run_id, RunStatus.FAILED, error=redact_and_cut(reason, 400), lease=lease)
             return RunResult(run.id, RunStatus.FAILED.value, None, run.step_count, run.input_tokens,
                              run.output_tokens, 0, run.step_count, reason)
-        steps = store.replay_steps(run_id)
-        messages = messages_from(run, steps)
+        steps, messages, lengths = _history(store, run, validated)
         driver = Driver(store, run_id, lease, **options)
         if driver.client is None:
             driver.client = request.make_client(run.model)
@@ -271,12 +293,16 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, **options: Any) -> R
                 # Crashed while tools ran: the paid response is stored, so run the
                 # tools (side effects are idempotent by key) and make no new call.
                 results = driver.run_pending_tools(last.n, assistant, (spent_in, spent_out), last.stop_reason)
+                before = len(messages)
                 add_assistant_turn(messages, assistant)
+                # Lengths held up to the turn this changed (a pause_turn's continuation joins the last one);
+                # the driver measures the rest.
+                lengths = lengths[:before - (len(messages) == before)]
                 messages.append({"role": "user", "content": results})
         if steps and run.budget_usd is not None:
             driver.spend.previous = previous_call(store, run, messages)
         return driver.drive(messages, start_step=len(steps) + 1, spent_in=spent_in, spent_out=spent_out,
-                            replayed=len(steps))
+                            replayed=len(steps), lengths=lengths)
     except CancelObserved as exc:
         # The reply of the call in flight (if any) is committed; its tools and every later call are not run.
         store.finish_run(run_id, RunStatus.CANCELLED, error=storable_text(str(exc)), lease=lease)

@@ -117,6 +117,7 @@ def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = N
     these (a live view decoding only new steps goes on from its totals).
     """
     views: list[StepView] = []
+    prices: dict = {}  # per model, for this call
     cum_in = cum_out = 0
     cum_cost: Cost | None = Cost() if spent is None else spent
     previous: datetime | None = None
@@ -137,7 +138,7 @@ def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = N
                         duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
                         compacted_est_tokens=step.compacted_est_tokens, raw_assistant=step.assistant,
                         raw_tool_results=step.tool_results, model=step.model)
-        view.cost = step_cost(step, model)
+        view.cost = step_cost(step, model, prices)
         cum_cost = None if cum_cost is None or view.cost is None else cum_cost + view.cost
         view.cum_cost = cum_cost
         try:

@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     raw.add_argument("--raw", action="store_true", help="plain JSON, one document per step: the blocks and "
                      "tool results as stored, the reply body as the API sent it, tokens")
     raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
+    show.add_argument("--no-pager", action="store_true",
+                      help="on a terminal, print instead of paging through $PAGER (default: less)")
 
     cancel = sub.add_parser("cancel", parents=[common], help="stop a run for good: its call in flight is kept, "
                             "no new call starts, its pending tools do not run")

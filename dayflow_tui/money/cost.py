@@ -165,9 +165,19 @@ def step_usage(step) -> Usage:
     return Usage(step.input_tokens or 0, write or 0, read or 0, step.output_tokens or 0)
 
 
-def step_cost(step, model: str | None) -> Cost | None:
-    """One stored call's cost; ``model`` is the step's own (the reply's), else the run's."""
-    return price_call(getattr(step, "model", None) or model, step_usage(step), step.created_at)
+def step_cost(step, model: str | None, prices: dict | None = None) -> Cost | None:
+    """One stored call's cost; ``model`` is the step's own (the reply's), else the run's.
+
+    ``prices``: a caller pricing many steps at once keeps the models' prices here (each lookup reads the
+    settings, which hash the environment: most of a 5,000-step transcript's pricing time).
+    """
+    name = getattr(step, "model", None) or model
+    if prices is None:
+        return price_call(name, step_usage(step), step.created_at)
+    if name not in prices:
+        prices[name] = rates.lookup(name)
+    found = prices[name]
+    return None if found is None else cost_of(found, step_usage(step), step.created_at)
 
 
 def _group_cost(store, group) -> Cost | None:

@@ -13,7 +13,7 @@ readable line. The store knows nothing of the agent or any front end.
 """
 
 from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
-from .dialect import CHANGE_SLOTS, is_url, safe_url
+from .dialect import is_url, safe_url
 from .api import Store, default_db_path, open_store
 from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
                      pid_alive, process_start_time, still_refused)
@@ -24,18 +24,22 @@ from .sample_tasks import SEED_TASKS
 from ..config.errors import ReplySpooled
 from .spool import ingest_spool, pending_spool, spool_files, spool_reply
 from .status import RESUMABLE, RunStatus
-from .tables.steps import StepRecord, dumps, step_blocks
+from .tables.steps import ReplayStep, StepRecord, dumps, step_blocks
 
 
 def __getattr__(name: str):
     if name == "HOSTNAME":  # this host's name in leases, read from the settings when asked
         return this_host()
+    if name == "CHANGE_SLOTS":  # PostgreSQL's: its dialect is imported only when asked
+        from .dialect import postgres
+
+        return postgres.CHANGE_SLOTS
     raise AttributeError(name)
 
 
 __all__ = [
     "CHANGE_SLOTS", "HEARTBEAT_EVERY_S", "HOSTNAME", "MIGRATIONS", "RESUMABLE", "SCHEMA_VERSION", "SEED_TASKS",
-    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
+    "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "ReplayStep", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
     "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
     "process_start_time", "safe_url", "spool_files", "spool_reply", "step_blocks", "still_refused",

@@ -42,7 +42,7 @@ from .tables.cancels import CancelOutcome
 from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
-from .tables.steps import StepRecord
+from .tables.steps import ReplayStep, StepRecord
 
 
 class Store:
@@ -253,11 +253,12 @@ class Store:
         except Exception:  # noqa: BLE001 - nothing paid for or promised rides on it; the marks stay
             return 0
 
-    def steps(self, run_id: str, *, from_n: int | None = None) -> list[Step]:
-        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail)."""
-        return steps.steps(self, run_id, from_n=from_n)
+    def steps(self, run_id: str, *, from_n: int | None = None, limit: int | None = None) -> list[Step]:
+        """The run's steps in order; ``from_n`` keeps steps ``n >= from_n`` (a live view's tail), ``limit`` the first
+        that many of them (``dayflow show`` reads a long run a page at a time)."""
+        return steps.steps(self, run_id, from_n=from_n, limit=limit)
 
-    def replay_steps(self, run_id: str) -> list[Step]:
+    def replay_steps(self, run_id: str) -> list[ReplayStep]:
         """Steps with only what a resume reads: the blocks, stop reason and token counts."""
         return steps.replay_steps(self, run_id)
 

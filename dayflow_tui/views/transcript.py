@@ -3,15 +3,17 @@
 The dashboard's transcript asks ``read_transcript`` on its reader thread at
 every live tick, handing back what it already holds, so only the steps read
 again are decoded (a 5,000-step run re-decoded every step on each commit);
-``dayflow show`` reads it whole with ``read_show``.
+``dayflow show`` reads the run with ``read_show`` and its steps a page at a time (``show_pages``), written as
+each page is read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..agent.transcript import StepView, attach_decisions, build_steps
+from ..testhook import pause_point
 from ..store.models import Run
 
 
@@ -63,10 +65,9 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
 
 @dataclass(frozen=True)
 class ShownRun:
-    """Everything ``dayflow show`` prints: the run, its stored steps, its cost, resumes and decisions."""
+    """What ``dayflow show`` prints before the steps (``show_pages``): the run, its cost, resumes and decisions."""
 
     run: Run
-    steps: tuple
     cost: object  # a RunCost
     resumes: tuple
     approvals: tuple
@@ -79,5 +80,22 @@ def read_show(store, run_id: str) -> ShownRun:
     from ..store.tables.resumes import run_resumes
 
     run = store.get_run(run_id)
-    return ShownRun(run, tuple(store.steps(run.id)), run_cost(store, run.id), tuple(run_resumes(store, run.id)),
+    return ShownRun(run, run_cost(store, run.id), tuple(run_resumes(store, run.id)),
                     tuple(store.approvals(run.id)), effective_status(run))
+
+
+# The first page is small, so the first screen of a long run is written at once; later ones amortise the reads.
+FIRST_PAGE, PAGE = 25, 500
+
+
+def show_pages(store, run_id: str) -> Iterator[list]:
+    """The run's steps, in order, a page at a time: each read only when the one before has been written."""
+    size, from_n = FIRST_PAGE, 1
+    while True:
+        pause_point("show-page")  # a test sees how many pages were read when the first screen came
+        page = store.steps(run_id, from_n=from_n, limit=size)
+        if page:
+            yield page
+        if len(page) < size:
+            return
+        from_n, size = page[-1].n + 1, PAGE

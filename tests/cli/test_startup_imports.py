@@ -147,3 +147,29 @@ def test_dashboard_list_and_transcript_do_not_import_anthropic(db_target, finish
                           text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+LISTING_MODULES = """
+import sys
+from dayflow_tui.cli import main
+code = main(sys.argv[1:])
+heavy = ("genai_prices", "rich", "textual", "anthropic", "psycopg", "markdown_it", "pydantic", "httpx")
+ours = ("dayflow_tui.store.dialect.postgres", "dayflow_tui.tui", "dayflow_tui.render", "dayflow_tui.agent")
+print(code, sorted(name for name in sys.modules if name.split(".")[0] in heavy or name.startswith(ours)))
+"""
+
+
+@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tasks",)], ids=["runs", "runs-json", "tasks"])
+def test_a_plain_listing_imports_nothing_it_does_not_use(db_path, counting_client, args):
+    """``dayflow runs`` is measured against ``import sqlite3, peewee`` (bench item 4): nothing from the price
+    library, Rich, Textual, the SDK, the PostgreSQL dialect or the agent is on a plain listing's path. Read from
+    ``sys.modules`` once the command is done, in a fresh interpreter."""
+    from dayflow_tui.store import open_store
+
+    store = open_store(db_path)
+    run_brief(store, client=counting_client)
+    store.close()
+    done = subprocess.run([sys.executable, "-c", LISTING_MODULES, *args, "--db", str(db_path)],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 []", (args, done.stdout[-3000:])

@@ -71,14 +71,17 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from ...render import print_transcript
-    from ...views.transcript import read_show
+    from ...views.transcript import read_show, show_pages
+    from ..pager import paged
 
     store = open_db(args, create=False, upgrade=False)
     if args.raw or args.jsonl:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
-    print_transcript(shown.run, list(shown.steps), run_cost=shown.cost, resumes=list(shown.resumes),
-                     approvals=list(shown.approvals), status=shown.status)
+    # Written as it is read, a page of steps at a time: a 5,000-step run's first screen does not wait for the rest.
+    with paged(not args.no_pager) as console:
+        print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), console=console,
+                         approvals=list(shown.approvals), status=shown.status, pages=show_pages(store, shown.run.id))
     return 0
 
 
@@ -87,8 +90,12 @@ def _show_json(store, run, *, lines: bool) -> int:
     boxed or styled; a stored column that is not valid JSON is given as the text it holds."""
     from ...views.json_rows import step_document
 
-    for step in store.steps(run.id):
-        print(printable_json(step_document(run.id, step), indent=None if lines else 2))
+    from ...views.transcript import show_pages
+
+    for page in show_pages(store, run.id):
+        for step in page:
+            print(printable_json(step_document(run.id, step), indent=None if lines else 2))
+        sys.stdout.flush()
     return 0
 
 

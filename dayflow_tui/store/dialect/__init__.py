@@ -12,9 +12,18 @@ from pathlib import Path
 
 from ...config.errors import StoreError
 from .base import Dialect
-from .postgres import CHANGE_SLOTS, PostgresDialect
 from .sqlite import SqliteDialect
 from .urls import is_url, safe_url
+
+
+def __getattr__(name: str):
+    # The PostgreSQL dialect (its SQL, the tsvector writer) is imported when a PostgreSQL URL is opened:
+    # a command on a SQLite file does not pay for it.
+    if name in ("CHANGE_SLOTS", "PostgresDialect"):
+        from . import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def dialect_for(target: str | os.PathLike) -> Dialect:
@@ -25,6 +34,8 @@ def dialect_for(target: str | os.PathLike) -> Dialect:
     scheme, _sep, rest = text.partition("://")
     scheme = scheme.lower()
     if scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresDialect
+
         return PostgresDialect("postgresql://" + rest)
     if scheme == "sqlite":
         # As in Peewee and SQLAlchemy: sqlite:///relative.db, sqlite:////absolute/path.db
