@@ -27,7 +27,7 @@ def _count(n: object) -> str:
 
 def print_transcript(run, steps: list, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
-                     approvals: list | None = None, status: str | None = None) -> None:
+                     approvals: list | None = None, status: str | None = None, title: str | None = None) -> None:
     """``status``: the word shown (``effective_status``: a running run whose owner died is interrupted);
     the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again."""
     console = console or Console(highlight=False, soft_wrap=False)
@@ -40,6 +40,8 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         if budget:
             header.append(f"  budget={budget.replace(' ', '')}")
     console.print(header)
+    if title:  # views.titles: given to the run, or made from its task and answer (one printable line)
+        console.print(Text.assemble(("title ", "bold"), printable(title)))
     if getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))

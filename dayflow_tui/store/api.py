@@ -172,6 +172,10 @@ class Store:
         """Set the run's final status, text and error (under ``lease`` when given: else RunBusy)."""
         runs.finish_run(self, run_id, status, final_text=final_text, error=error, lease=lease)
 
+    def set_title(self, run_id: str, title: str) -> bool:
+        """Give the run a title (one line, 200 characters at most); False when it had that title already."""
+        return runs.set_title(self, run_id, title)
+
     def mark_running(self, run_id: str, lease: Lease) -> None:
         """The driver's attempt has started: the run reads ``running`` and its old error goes."""
         runs.mark_running(self, run_id, lease)

@@ -48,13 +48,16 @@ TRANSCRIPT = [
     Binding("dollar_sign", "chart_units", "Tokens/$", key_display="$", show=False, id="chart-units",
             tooltip="Switch the sparkline between tokens and dollars per step"),
     Binding("a", "approve", "Approve", id="approve",
-            tooltip="Let the calls this run waits on run, then resume it"),
-    Binding("D", "deny", "Deny", id="deny", tooltip="Refuse the calls this run waits on, with a reason the model "
-            "is told, then resume it"),
+            tooltip="Approve the marked calls (space marks), or the one under the cursor; the run goes on once "
+            "none waits"),
+    Binding("A", "approve_all", "Approve all", key_display="A", id="approve-all",
+            tooltip="Approve every waiting call, after a confirm that lists what each will do"),
+    Binding("d,D", "deny", "Deny", key_display="d", id="deny", tooltip="Refuse the marked calls (or the one under "
+            "the cursor), with a reason the model is told"),
     Binding("F", "fork", "Fork here", show=False, id="fork",
             tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
     Binding("E", "edit_call", "Edit & approve", id="edit-call",
-            tooltip="Change the arguments of the first call this run waits on, then approve it"),
+            tooltip="Change the arguments of the call under the cursor, then approve it"),
 ]
 
 
@@ -118,7 +121,8 @@ SECTIONS = (
     ("Run list", [Binding("enter", "", "Open the highlighted run's transcript (or double-click)")] + RUN_LIST
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
-    ("Transcript", TRANSCRIPT + TRANSCRIPT_SEARCH),
+    ("Transcript", TRANSCRIPT + [Binding("space", "", "Mark or unmark the waiting call under the cursor "
+                                         "(a and d act on the marked ones)")] + TRANSCRIPT_SEARCH),
     ("JSON view (v, x)", [Binding("up,down,pageup,pagedown,home,end", "", "Move the cursor line"),
                           Binding("left,right", "", "Scroll sideways (long strings)")]
      + [binding for binding in JSON_VIEW if binding.id]),

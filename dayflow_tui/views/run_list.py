@@ -55,7 +55,7 @@ class RunFilter:
             return False
         if self.search:
             needle = self.search.casefold()
-            haystack = [run.user_msg, getattr(run, "final_text", None), run.error]
+            haystack = [run.user_msg, getattr(run, "final_text", None), run.error, getattr(run, "title", None)]
             if not run.id.startswith(self.search) and not any(needle in (h or "").casefold() for h in haystack):
                 return False
         return True

@@ -54,8 +54,8 @@ async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(t
 
 def task_cell_width(app) -> int:
     """The task column's width as drawn: from its title to the preview's edge (or the line's end)."""
-    header = next(line for line in screen_text(app).splitlines() if "task / error" in line)
-    start = header.index("task / error")
+    header = next(line for line in screen_text(app).splitlines() if "title / error" in line)
+    start = header.index("title / error")
     end = header.find("▏", start)
     return (end if end >= 0 else len(header.rstrip()) + 1) - start
 

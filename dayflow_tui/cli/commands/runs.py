@@ -12,6 +12,7 @@ from ..opening import open_db, open_for_reading
 def cmd_runs(args: argparse.Namespace) -> int:
     from ...views.costs import budget_text, cache_text, cost_text
     from ...views.runs import run_json, run_lines
+    from ...views.titles import run_title
 
     store = open_for_reading(args)
     lines = run_lines(store, limit=args.limit, status=args.status)
@@ -40,6 +41,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             line += f"  at step {r.forked_at}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
+        line += f"  · {run_title(r, 100)}"  # what it is: given, or made from the task and the answer
         print(printable(line))  # counts and the status too are whatever a (damaged) row holds
     return 0
 
@@ -74,7 +76,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
     print_transcript(shown.run, list(shown.steps), run_cost=shown.cost, resumes=list(shown.resumes),
-                     approvals=list(shown.approvals), status=shown.status)
+                     approvals=list(shown.approvals), status=shown.status, title=shown.title)
     return 0
 
 

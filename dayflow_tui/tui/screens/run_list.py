@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from ...safe_text import one_line, printable
 from ...store import effective_status
+from ...views.titles import run_title
 from .. import bindings, formatting
 from ..cost_view import SpendPanel
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
@@ -92,7 +93,7 @@ class RunListScreen(bindings.SyncedBindings, Screen):
             return
         status = effective_status(run)
         stopped = run.error if run.error and run.status != "done" else None
-        text = stopped or run.user_msg or ""
+        text = f"{run_title(run)} — {stopped}" if stopped else run_title(run)
         line.update(Content.assemble(
             (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
             (f" {printable(one_line(run.id, 40))}: ", "bold"),

@@ -74,7 +74,8 @@ def result_prompt(run: RunHits, more: bool) -> Content:
     status_style = f"bold {formatting.STATUS_STYLES.get(run.status, '')}"
     first = Content.assemble((printable(run.run_id), "bold"), "  ",
                              (formatting.status_label(run.status), status_style), "  ", (hits, ""), "  ",
-                             where_content(run.best))
+                             where_content(run.best),
+                             *((("  ·  ", "$text-muted"), (one_line(run.title, 80), "bold")) if run.title else ()))
     return Content.assemble(first, "\n    ", snippet_content(run.best))
 
 

@@ -20,6 +20,7 @@ from textual.widgets import Static
 from ...money.cost import format_usd
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
+from ...views.titles import run_title
 from ...views.runs import PREVIEW_TASKS, Preview, read_preview
 from .. import formatting
 
@@ -39,7 +40,7 @@ class PreviewRead(Message):
 def preview_content(preview: Preview) -> Content:
     run = preview.run
     status = effective_status(run)
-    parts: list = [(printable(run.id), "bold"), "\n",
+    parts: list = [(run_title(run, 120), "bold"), "\n", (printable(run.id), "$text-muted"), "\n",
                    (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
                    f"  ·  {printable(getattr(run, 'agent', None) or 'brief')}  ·  {printable(one_line(run.model, 40))}",
                    "\n",

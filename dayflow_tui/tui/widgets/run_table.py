@@ -26,6 +26,7 @@ from ...safe_text import one_line
 from ...store import RunStatus, effective_status
 from ...views.costs import cost_text
 from ...views.reader import Reader
+from ...views.titles import run_title
 from ...views.run_list import PAGE, RunFilter, RunListModel, RunWindow
 from .. import bindings, formatting
 
@@ -34,7 +35,7 @@ _KNOWN_STATUSES = frozenset(member.value for member in RunStatus)
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
            ("tokens in/out", 17, True), ("cost", 8, True), ("model", 12, False), ("activity", 8, True),
-           ("task / error", 0, False))
+           ("title / error", 0, False))
 
 
 # Columns given up first when the terminal is narrow, so the task or error (the last column) keeps room:
@@ -243,7 +244,9 @@ class RunTable(ScrollView, can_focus=True):
         known = status in _KNOWN_STATUSES
         status_style = self.get_component_rich_style(f"run-table--{status}" if known else "run-table--dim")
         dim = self.get_component_rich_style("run-table--dim")
-        note = run.error if run.error and run.status != "done" else run.user_msg
+        note = run_title(run)
+        if run.error and run.status != "done":  # why it stopped, after what it is
+            note = f"{note} — {one_line(run.error, 120)}"
         agent = getattr(run, "agent", None)
         if agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
