@@ -122,7 +122,9 @@ class DayflowApp(App):
         if warning:
             self.notify(printable(warning), title="Dashboard state", severity="warning")
         self.theme_changed_signal.subscribe(self, self._theme_chosen)
-        self.push_screen(RunListScreen(status=self.ui_state.status_filter))
+        state = self.ui_state
+        self.push_screen(RunListScreen(status=state.status_filter, sort=state.sort, ascending=state.ascending,
+                                       hidden=state.hidden_columns))
         self.call_after_refresh(self.settle_heap)
         self.set_interval(1.0, self._settle_if_asked)
 
@@ -221,7 +223,7 @@ class DayflowApp(App):
         except OSError as exc:
             if not getattr(self, "_state_unsaved", False):
                 self._state_unsaved = True
-                self.notify(f"Cannot remember the dashboard's theme and filter: {printable(one_line(str(exc), 200))}",
+                self.notify(f"Cannot remember the dashboard's theme, filter and columns: {printable(one_line(str(exc), 200))}",
                             severity="warning")
 
     def on_unmount(self) -> None:
@@ -231,6 +233,25 @@ class DayflowApp(App):
 
     def open_transcript(self, run_id: str, *, at_step: int | None = None) -> None:
         self.push_screen(SearchableTranscript(run_id, at_step=at_step))
+
+    def copy_run(self, run_id: str, *, command: bool = False) -> None:
+        """``y``: the run's id to the clipboard; ``Y``: the command that resumes it (OSC 52, with a toast).
+
+        The command names this database when it is a SQLite file other than the default one; a PostgreSQL
+        URL may carry a password, so it is never put on a clipboard (DAYFLOW_DB names it there).
+        """
+        import shlex
+
+        from ..store import default_db_path
+
+        text = run_id
+        if command:
+            text = f"dayflow resume {shlex.quote(run_id)}"
+            path = self.store.label
+            if self.store.dialect.title == "SQLite" and Path(path).resolve() != Path(default_db_path()).resolve():
+                text += f" --db {shlex.quote(path)}"
+        self.copy_to_clipboard(text)
+        self.notify(printable(one_line(text, 200)), title="Copied to the clipboard")
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -22,6 +22,14 @@ RUN_LIST = [
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
     Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
+    Binding("s", "cycle_sort", "Sort", id="sort",
+            tooltip="Sort by the next column: started, cost, steps, status, agent (the header marks it)"),
+    Binding("S", "reverse_sort", "Reverse sort", key_display="S", show=False, id="reverse-sort",
+            tooltip="The same sort the other way round"),
+    Binding("c", "choose_columns", "Columns", show=False, id="columns", tooltip="Choose the columns shown"),
+    Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
+    Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",
+            tooltip="Copy `dayflow resume ID` (with --db when not the default database) to the clipboard"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
 ]
 
@@ -58,6 +66,9 @@ TRANSCRIPT = [
             tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
     Binding("E", "edit_call", "Edit & approve", id="edit-call",
             tooltip="Change the arguments of the call under the cursor, then approve it"),
+    Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
+    Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",
+            tooltip="Copy `dayflow resume ID` (with --db when not the default database) to the clipboard"),
 ]
 
 

@@ -16,7 +16,7 @@ from ..safe_text import one_line
 from ..store.models import Run
 
 WIDTH = 200  # characters at most: a column cuts it further to the room it has
-ANSWER_SHARE = 0.5  # a made title gives the answer at most this share of its width
+TASK_WITH_ANSWER = 24  # characters of the task a made title keeps before the answer
 ARROW = " → "
 
 
@@ -25,15 +25,28 @@ def first_line(text: str | None) -> str:
     return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
+def answer_head(answer: str | None) -> str:
+    """An answer's first line; a heading ("## Today") with the line after it ("Today: 09:30 Standup")."""
+    lines = [line.strip() for line in (answer or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0].lstrip("#*- ").strip()
+    if lines[0].startswith("#") and len(lines) > 1:
+        return f"{head}: {lines[1].lstrip('#*- ').strip()}"
+    return head
+
+
 def made_title(task: str | None, answer: str | None = None, width: int = WIDTH) -> str:
-    """The title of a run given none: its task's first line, then its answer's (when done)."""
-    task_line, answer_line = first_line(task), first_line(answer).lstrip("#*- ").strip()
+    """The title of a run given none: its task's first line, then its answer's (when done).
+
+    With an answer the task gives up all but ``TASK_WITH_ANSWER`` characters: runs of one task
+    are told apart by what they answered, and a column cuts a title from the right.
+    """
+    task_line, answer_line = first_line(task), answer_head(answer)
     if not answer_line:
         return one_line(task_line or "(no task)", width)
-    room = max(width - len(ARROW), 2)
-    answer_room = max(int(room * ANSWER_SHARE), room - len(task_line))
-    task_room = room - min(len(answer_line), answer_room)
-    return one_line(task_line or "(no task)", task_room) + ARROW + one_line(answer_line, room - min(len(task_line), task_room))
+    task_part = one_line(task_line or "(no task)", min(TASK_WITH_ANSWER, max(width // 2, 8)))
+    return task_part + ARROW + one_line(answer_line, max(width - len(task_part) - len(ARROW), 1))
 
 
 def run_title(run: Run, width: int = WIDTH) -> str:

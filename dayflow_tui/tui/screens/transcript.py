@@ -58,8 +58,8 @@ MODES = ("detail", "raw", "request")
 class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, DecidesWaitingCalls, Screen):
     BINDINGS = bindings.TRANSCRIPT
     # On a narrow terminal these keys leave the footer first (after the everywhere-keys): on a waiting
-    # run, a D E are what the reader came for.
-    FOOTER_LEAVE_OUT = ("next_request", "raw", "expand")
+    # run, a A d E are what the reader came for (j still moves between steps).
+    FOOTER_LEAVE_OUT = ("next_request", "raw", "expand", "step(1)")
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "approve_all", "deny", "edit_call")
 
     def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
@@ -370,6 +370,12 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
                 fork_in_worker(self.app, self.run_id, at, answer[1])
 
         self.app.push_screen(ForkDialog(self.run_id, at), chosen)
+
+    def action_copy_id(self) -> None:
+        self.app.copy_run(self.run_id)
+
+    def action_copy_resume(self) -> None:
+        self.app.copy_run(self.run_id, command=True)
 
     def on_unmount(self) -> None:
         if len(self.views) >= LONG_RUN_STEPS:  # its views and widgets are garbage now: the next screen collects
