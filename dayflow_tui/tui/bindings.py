@@ -30,6 +30,9 @@ RUN_LIST = [
     Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
     Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",
             tooltip="Copy `dayflow resume ID` (with --db when not the default database) to the clipboard"),
+    Binding("X", "remove", "Remove", key_display="X", show=False, id="remove",
+            tooltip="Remove the run (a done, failed or budget-stopped one), archived first if you like: "
+            "dayflow prune --archive's rules"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
 ]
 

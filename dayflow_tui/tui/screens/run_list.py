@@ -16,6 +16,7 @@ from ...store import effective_status
 from ...views.run_list import SORT_LIMIT, SORTS
 from .. import bindings, formatting
 from ..cost_view import SpendPanel
+from .remove import Removed
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
 from ..widgets.run_table import HIDDEN_BY_DEFAULT, OPTIONAL, RunFilter, RunTable, header_text
 from ..widgets.fitting_footer import FittingFooter
@@ -271,6 +272,34 @@ class RunListScreen(bindings.SyncedBindings, Screen):
     def action_clear_filters(self) -> None:
         self.apply_filter(status=None, search=None)
         self.table.focus()
+
+    def action_remove(self) -> None:
+        """``X``: remove the highlighted run (archived first if asked), by ``prune --archive``'s rules."""
+        from ...views.titles import run_title
+        from .remove import RemoveDialog, remove_in_worker, removal_blocker
+
+        run = self.table.current
+        if run is None:
+            return
+        blocker = removal_blocker(run)
+        if blocker:
+            self.app.notify(f"Run {printable(run.id)} cannot be removed: {blocker}.", severity="warning")
+            return
+
+        def chosen(answer) -> None:
+            if answer:
+                remove_in_worker(self.app, run.id, answer[1] if answer[0] == "archive" else None, self)
+
+        self.app.push_screen(RemoveDialog(run, run_title(run)), chosen)
+
+    @on(Removed)
+    def _removed(self, message: Removed) -> None:
+        if message.error:
+            self.app.notify(f"Run {printable(message.run_id)} was not removed: {message.error}", severity="warning")
+            return
+        where = f"; archived in {printable(message.archive)}" if message.archive else ""
+        self.app.notify(f"Run {printable(message.run_id)} removed{where}. Its tasks stay.", title="Removed")
+        self.poll()
 
     def action_copy_id(self) -> None:
         if self.table.current is not None:
