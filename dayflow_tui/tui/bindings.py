@@ -67,7 +67,7 @@ TRANSCRIPT = [
             "the cursor), with a reason the model is told"),
     Binding("F", "fork", "Fork here", show=False, id="fork",
             tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
-    Binding("E", "edit_call", "Edit & approve", id="edit-call",
+    Binding("E", "edit_call", "Edit", id="edit-call",
             tooltip="Change the arguments of the call under the cursor, then approve it"),
     Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
     Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",

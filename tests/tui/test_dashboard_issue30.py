@@ -41,7 +41,7 @@ async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(t
             assert {"approve", "deny", "edit_call"} <= set(actions) and "resume" not in actions, actions
             line = footer_line(app)
             assert "a Approve" in line and "A Approve all" in line and "d Deny" in line, line
-            assert "E Edit & approve" in line, line
+            assert "E Edit" in line and "space Mark" in line, line
             assert "Resume" not in line and line.rstrip().endswith("^p palette"), line  # whole, not cut
             await pilot.press("escape")
             await open_run(pilot, "run-done-0001")

@@ -16,6 +16,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from ..widgets.fitting_footer import FittingFooter
+
+
+class ColumnList(SelectionList):
+    BINDINGS = [Binding("space", "select", "Show/hide", id="toggle-column")]
+
 
 class ColumnsDialog(ModalScreen[frozenset | None]):
     """Dismissed with the columns to hide, or None (cancelled)."""
@@ -33,11 +39,12 @@ class ColumnsDialog(ModalScreen[frozenset | None]):
             yield Static(Content.styled("Columns of the run list", "bold"))
             yield Static(Content.assemble(("space", "bold"), " shows or hides the column under the cursor, ",
                                           ("enter", "bold"), " applies. The id and the title are always shown."))
-            yield SelectionList(*[Selection(name, name, name not in self.hidden) for name in self.optional],
+            yield ColumnList(*[Selection(name, name, name not in self.hidden) for name in self.optional],
                                 id="columns")
             with Horizontal(id="resume-buttons"):
                 yield Button("Apply", id="columns-apply", variant="primary")
                 yield Button("Cancel", id="columns-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#columns", SelectionList).focus()

@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static, TextArea
 
 from ...safe_text import printable
+from ..widgets.fitting_footer import FittingFooter
 
 
 class Decided(Message):
@@ -65,6 +66,7 @@ class ApproveAllDialog(ModalScreen[bool]):
             with Horizontal(id="resume-buttons"):
                 yield Button("Approve all", id="approve-all-confirm", variant="warning")
                 yield Button("Cancel", id="approve-all-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#approve-all-cancel", Button).focus()  # Enter at once cancels: approving is a choice
@@ -98,6 +100,7 @@ class DenyDialog(ModalScreen[str | None]):
             with Horizontal(id="resume-buttons"):
                 yield Button("Deny", id="deny-confirm", variant="error")
                 yield Button("Cancel", id="deny-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#deny-reason", Input).focus()
@@ -149,6 +152,7 @@ class EditDialog(ModalScreen[str | None]):
             with Horizontal(id="resume-buttons"):
                 yield Button("Approve", id="edit-confirm", variant="primary")
                 yield Button("Cancel", id="edit-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         area = self.query_one("#edit-arguments", TextArea)

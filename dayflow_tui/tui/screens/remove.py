@@ -23,6 +23,7 @@ from ...redaction import redacted_line
 from ...safe_text import one_line, printable
 from ...store import effective_status
 from ...store.retention import PRUNABLE
+from ..widgets.fitting_footer import FittingFooter
 
 REMOVABLE = tuple(status.value for status in PRUNABLE)
 
@@ -77,6 +78,7 @@ class RemoveDialog(ModalScreen["tuple[str, str | None] | None"]):
                 yield Button("Archive, then remove", id="remove-archive", variant="primary")
                 yield Button("Remove", id="remove-confirm", variant="error")
                 yield Button("Cancel", id="remove-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#remove-cancel", Button).focus()  # Enter at once removes nothing

@@ -211,8 +211,12 @@ class SearchScreen(Screen):
         line = f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first" if message.hits else "No matches"
         if message.by_id:
             line += f" · {message.by_id} run{'s' if message.by_id != 1 else ''} by id, listed first"
+        elif not message.hits and message.query.listing:  # status:S alone: the runs in that status
+            line = f"No {' or '.join(s.value for s in message.query.statuses)} runs."
         elif not message.hits:
-            line += "."
+            # What was looked for, and what widens it (an empty list alone says nothing).
+            line = (f"No matches for {printable(one_line(message.query.source.strip(), 60))!r}: try fewer words, "
+                    "a prefix with *, or drop a status:/tool:/in: filter. Esc goes back.")
         if message.more:
             line += f" · showing the newest {HIT_LIMIT:,} hits: narrow the query to see older ones"
         if message.note:

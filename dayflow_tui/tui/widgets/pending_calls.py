@@ -7,6 +7,7 @@ live tick keeps the marks and the cursor where the person left them.
 
 from __future__ import annotations
 
+from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import SelectionList
 from textual.widgets.selection_list import Selection
@@ -24,6 +25,8 @@ def call_prompt(call) -> Content:
 
 class PendingCalls(SelectionList):
     """Waiting calls; ``chosen`` is what ``a``/``d`` act on: the marked ones, else the one under the cursor."""
+
+    BINDINGS = [Binding("space", "select", "Mark", id="mark-call", tooltip="Mark or unmark the call under the cursor")]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
