@@ -68,6 +68,12 @@ def visible_columns(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> list[i
     return shown
 
 
+def title_width(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> int:
+    """The room the title column has at ``width`` (a made title shares it between task and answer)."""
+    fixed = sum(COLUMNS[i][1] + 1 for i in visible_columns(width, hidden) if COLUMNS[i][1])
+    return max(width - fixed, 1)
+
+
 def _cells(values: list[tuple[str, str]], width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis", end="")
     used = 0
@@ -264,7 +270,7 @@ class RunTable(ScrollView, can_focus=True):
         known = status in _KNOWN_STATUSES
         status_style = self.get_component_rich_style(f"run-table--{status}" if known else "run-table--dim")
         dim = self.get_component_rich_style("run-table--dim")
-        note = run_title(run)
+        note = run_title(run, title_width(width, self.hidden))
         if run.error and run.status != "done":  # why it stopped, after what it is
             note = f"{note} — {one_line(run.error, 120)}"
         agent = getattr(run, "agent", None)
