@@ -75,7 +75,7 @@ async def test_space_marks_and_a_approves_the_marked_calls_only(waiting_db, size
             ids = [call.tool_use_id for call in calls.calls]
             text = screen_text(app)
             assert "Waiting for your decision: 6 calls" in text and "create_task  idempotent" in text
-            await pilot.press("down", "space", "down", "down", "space")  # marks the 2nd and the 4th
+            await pilot.press("j", "space", "down", "j", "space")  # marks the 2nd and the 4th (j as down, here)
             await pilot.press("a")
             await wait_for(pilot, lambda: list(states(waiting_db).values()).count("approved") == 2)
             await wait_for(pilot, lambda: len(app.screen.query_one(PendingCalls).calls) == 4)

@@ -26,7 +26,9 @@ def call_prompt(call) -> Content:
 class PendingCalls(SelectionList):
     """Waiting calls; ``chosen`` is what ``a``/``d`` act on: the marked ones, else the one under the cursor."""
 
-    BINDINGS = [Binding("space", "select", "Mark", id="mark-call", tooltip="Mark or unmark the call under the cursor")]
+    # j and k move between the calls while the list has the focus (Tab: to the steps, where they move steps).
+    BINDINGS = [Binding("space", "select", "Mark", id="mark-call", tooltip="Mark or unmark the call under the cursor"),
+                Binding("j", "cursor_down", "Down", show=False), Binding("k", "cursor_up", "Up", show=False)]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
