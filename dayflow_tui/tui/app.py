@@ -210,7 +210,11 @@ class DayflowApp(App):
         names from the database, the model and the user, where ``[@click=app.quit]`` is only text."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
         # The toasts have their own strip (styles/app.tcss): once this one is in it, the screen makes room.
-        self.set_timer(0.05, lambda: self.screen.refresh(layout=True))
+        self.set_timer(0.05, self._make_room_for_toasts)
+
+    def _make_room_for_toasts(self) -> None:
+        if self.screen_stack:  # (the app may be closing: no screen to lay out)
+            self.screen.refresh(layout=True)
 
     def remember(self, **values) -> None:
         """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""

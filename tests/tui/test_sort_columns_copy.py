@@ -133,3 +133,18 @@ async def test_y_copies_the_id_and_Y_the_resume_command_from_the_list_and_the_tr
             assert app.clipboard == "run-done-0001"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("damage", ['{"sort": 3}', '{"ascending": "yes"}', '{"hidden_columns": "model"}',
+                                    '{"hidden_columns": [1]}'])
+def test_a_damaged_sort_or_columns_entry_is_the_defaults_and_a_warning(tmp_path, damage):
+    path = tmp_path / "dashboard.json"
+    path.write_text(damage, encoding="utf-8")
+    state, warning = ui_state.load(path)
+    assert state == ui_state.UiState() and "damaged" in warning
+
+
+def test_sort_and_columns_survive_a_save_and_a_load(tmp_path):
+    path = tmp_path / "dashboard.json"
+    ui_state.save(ui_state.UiState(theme="nord", sort="cost", ascending=True, hidden_columns=("model",)), path)
+    assert ui_state.load(path) == (ui_state.UiState("nord", None, "cost", True, ("model",)), None)
