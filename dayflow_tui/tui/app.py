@@ -238,25 +238,6 @@ class DayflowApp(App):
     def open_transcript(self, run_id: str, *, at_step: int | None = None) -> None:
         self.push_screen(SearchableTranscript(run_id, at_step=at_step))
 
-    def copy_run(self, run_id: str, *, command: bool = False) -> None:
-        """``y``: the run's id to the clipboard; ``Y``: the command that resumes it (OSC 52, with a toast).
-
-        The command names this database when it is a SQLite file other than the default one; a PostgreSQL
-        URL may carry a password, so it is never put on a clipboard (DAYFLOW_DB names it there).
-        """
-        import shlex
-
-        from ..store import default_db_path
-
-        text = run_id
-        if command:
-            text = f"dayflow resume {shlex.quote(run_id)}"
-            path = self.store.label
-            if self.store.dialect.title == "SQLite" and Path(path).resolve() != Path(default_db_path()).resolve():
-                text += f" --db {shlex.quote(path)}"
-        self.copy_to_clipboard(text)
-        self.notify(printable(one_line(text, 200)), title="Copied to the clipboard")
-
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())

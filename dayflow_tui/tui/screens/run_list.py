@@ -15,6 +15,7 @@ from ...safe_text import one_line, printable
 from ...store import effective_status
 from ...views.run_list import SORT_LIMIT, SORTS
 from .. import bindings, formatting
+from ..clipboard import copy_run
 from ..cost_view import SpendPanel
 from .remove import Removed
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
@@ -303,11 +304,11 @@ class RunListScreen(bindings.SyncedBindings, Screen):
 
     def action_copy_id(self) -> None:
         if self.table.current is not None:
-            self.app.copy_run(self.table.current.id)
+            copy_run(self.app, self.table.current.id)
 
     def action_copy_resume(self) -> None:
         if self.table.current is not None:
-            self.app.copy_run(self.table.current.id, command=True)
+            copy_run(self.app, self.table.current.id, command=True)
 
     def action_cycle_sort(self) -> None:
         """``s``: the next order (started, cost, steps, status, agent), largest or newest first."""

@@ -26,6 +26,7 @@ from ...store.models import Run
 from ...views.titles import is_given, run_title
 from ...views.transcript import TranscriptRead, read_transcript
 from .. import bindings, formatting
+from ..clipboard import copy_run
 from ..cost_view import ResumePriced
 from ..widgets.json_view import JsonView
 from ..widgets.pending_calls import PendingCalls
@@ -372,10 +373,10 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.app.push_screen(ForkDialog(self.run_id, at), chosen)
 
     def action_copy_id(self) -> None:
-        self.app.copy_run(self.run_id)
+        copy_run(self.app, self.run_id)
 
     def action_copy_resume(self) -> None:
-        self.app.copy_run(self.run_id, command=True)
+        copy_run(self.app, self.run_id, command=True)
 
     def on_unmount(self) -> None:
         if len(self.views) >= LONG_RUN_STEPS:  # its views and widgets are garbage now: the next screen collects
