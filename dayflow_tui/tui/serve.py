@@ -79,6 +79,23 @@ def make_server(command: str, host: str, port: int, token: str) -> Any:
                     "application": {"name": "Dayflow"}}
 
         async def on_startup(self, app: web.Application) -> None:
+            # Startup runs before the socket listens: the URL is printed once a connection to it is taken.
+            import asyncio
+
+            self._announcing = asyncio.get_running_loop().create_task(self._announce_when_listening())
+
+        async def _announce_when_listening(self) -> None:
+            import asyncio
+
+            probe = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+            for _ in range(600):
+                try:
+                    _reader, writer = await asyncio.open_connection(probe, port)
+                except OSError:
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                break
             shown = f"[{host}]" if ":" in host else host
             print(f"dayflow-tui: serving the dashboard on http://{shown}:{port}/?token={token}", flush=True)
             if host not in LOOPBACK:
