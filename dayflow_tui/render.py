@@ -42,7 +42,7 @@ def _count(n: object) -> str:
 def print_transcript(run, steps: list | None = None, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
                      approvals: list | None = None, status: str | None = None,
-                     pages: Iterable[list] | None = None) -> None:
+                     title: str | None = None, pages: Iterable[list] | None = None) -> None:
     """``status``: the word shown (``effective_status``: a running run whose owner died is interrupted);
     the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again.
 
@@ -61,6 +61,8 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
     if getattr(run, "priority", 0):
         header.append(printable(f"  priority={run.priority}"))
     console.print(header)
+    if title:  # views.titles: given to the run, or made from its task and answer (one printable line)
+        console.print(Text.assemble(("title ", "bold"), printable(title)))
     if getattr(run, "cancel_at", None) and run.status != "cancelled":
         # Asked of the process that drives it: it ends the run at its next commit or heartbeat.
         console.print(_safe(f"cancel asked {run.cancel_at[:19].replace('T', ' ')} by {run.cancelled_by}"

@@ -230,10 +230,15 @@ class Agent:
     model: str | None = None
     max_steps: int = 12
     task: str | None = None
+    # Each run's title: a string, where ``{task}`` stands for the first line of the run's task
+    # ("Triage: {task}"). None: the title shown is made from the task and the answer (views.titles).
+    title: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ToolDefinitionError(f"agent name {self.name!r}: letters, digits, _ and - only, at most 64")
+        if self.title is not None and (not isinstance(self.title, str) or not self.title.strip()):
+            raise ToolDefinitionError(f"agent {self.name}: title must be a non-empty string (\"{{task}}\" for the task)")
         tools = tuple(self.tools)
         for item in tools:
             if not isinstance(item, Tool):
@@ -242,6 +247,13 @@ class Agent:
         if len(set(names)) != len(names):
             raise ToolDefinitionError(f"agent {self.name}: two tools share a name")
         object.__setattr__(self, "tools", tools)
+
+    def title_for(self, task: str) -> str | None:
+        """The title a new run of this agent is given for ``task`` (None: the agent sets none)."""
+        if self.title is None:
+            return None
+        first = next((line.strip() for line in task.splitlines() if line.strip()), "")
+        return self.title.replace("{task}", first)
 
     @property
     def schemas(self) -> list[dict]:

@@ -76,6 +76,7 @@ def _new_run(agent: Agent | None, agent_ref: str | None, user_msg: str | None, m
     if not task:
         raise UsageError(f"agent {agent.name} has no default task: say what to ask it")
     columns = agent_columns(agent, agent_ref if agent is not brief.AGENT else None)
+    columns["title"] = agent.title_for(task)
     model = model or agent.model or default_model()
     budget_usd = budget_usd if budget_usd is not None else settings.current().budget_usd
     check_dollar_budget(model, budget_usd)

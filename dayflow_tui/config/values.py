@@ -193,6 +193,30 @@ def http_url(raw: Any) -> str | None:
     return found
 
 
+def address(raw: Any, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """Where to listen: ``HOST:PORT``, ``[IPv6]:PORT``, ``HOST`` (port 8000) or ``PORT`` (on ``default_host``)."""
+    found = text(raw)
+    if found is None:
+        raise BadValue("must be HOST:PORT")
+    host, port = found, "8000"
+    if found.isdigit():
+        host, port = default_host, found
+    elif found.startswith("["):
+        inside, close, rest = found[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise BadValue("must be HOST:PORT ([::1]:8000 for an IPv6 address)")
+        host, port = inside, rest[1:] or port
+    elif found.count(":") == 1:
+        host, port = found.split(":")
+    elif ":" in found:
+        raise BadValue("must be HOST:PORT ([::1]:8000 for an IPv6 address)")
+    if not host or not re.fullmatch(r"[A-Za-z0-9.:_-]+", host):
+        raise BadValue("must be HOST:PORT (a host name or an address)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadValue("must be HOST:PORT with a port from 1 to 65535")
+    return host, int(port)
+
+
 def path(raw: Any) -> Path | None:
     """A file or directory path, ``~`` expanded (nothing: None)."""
     found = text(raw)

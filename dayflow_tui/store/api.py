@@ -181,6 +181,10 @@ class Store:
         CancelRefused when it has ended."""
         return cancels.cancel_run(self, run_id, by=by, reason=reason)
 
+    def set_title(self, run_id: str, title: str) -> bool:
+        """Give the run a title (one line, 200 characters at most); False when it had that title already."""
+        return runs.set_title(self, run_id, title)
+
     def mark_running(self, run_id: str, lease: Lease) -> None:
         """The driver's attempt has started: the run reads ``running`` and its old error goes."""
         runs.mark_running(self, run_id, lease)

@@ -114,6 +114,10 @@ class Run(BaseModel):
     agent_fingerprint = CharField(max_length=64, null=True)
     agent_shape = TextField(null=True)
     compact_at = IntegerField(null=True)
+    # A title the run was given (schema 12): by its agent (``Agent(title=...)``, at creation) or by the agent's
+    # ``set_title`` tool. NULL: the title shown is made from the task and the answer (``views.titles``).
+    # Untrusted text (the model wrote it): shown only through ``safe_text``.
+    title = TextField(null=True)
     error = TextField(null=True)
     owner_host = CharField(max_length=255, null=True)
     owner_pid = IntegerField(null=True)

@@ -97,18 +97,21 @@ def _chunks(items: list, size: int = _CHUNK) -> Iterable[list]:
 
 
 @store_call
-def prunable_runs(store: "StoreHandle", *, older_than: timedelta, statuses: Iterable[RunStatus] = DEFAULT_PRUNE
-                  ) -> list[PruneCandidate]:
-    """Runs in ``statuses`` whose last change is older than ``older_than``, oldest first."""
+def prunable_runs(store: "StoreHandle", *, older_than: timedelta, statuses: Iterable[RunStatus] = DEFAULT_PRUNE,
+                  run_ids: Iterable[str] | None = None) -> list[PruneCandidate]:
+    """Runs in ``statuses`` whose last change is older than ``older_than``, oldest first; ``run_ids``: of
+    these runs only (the dashboard removes one run through the same rules)."""
     wanted = [RunStatus(s).value for s in statuses]
     if any(RunStatus(s) not in PRUNABLE for s in wanted):
         raise UsageError(f"only {', '.join(s.value for s in PRUNABLE)} runs can be pruned")
     cutoff = db_now(store, -older_than.total_seconds())  # the clock updated_at was stamped with
     text = (_octets(store, Run.user_msg) + fn.COALESCE(_octets(store, Run.final_text), 0)
             + fn.COALESCE(_octets(store, Run.error), 0))
-    runs = list(Run.select(Run.id, Run.status, Run.updated_at, Run.step_count, text.alias("text_bytes"))
-                .where(Run.status.in_(wanted), Run.updated_at < cutoff)
-                .order_by(Run.updated_at, Run.id).dicts())
+    query = (Run.select(Run.id, Run.status, Run.updated_at, Run.step_count, text.alias("text_bytes"))
+             .where(Run.status.in_(wanted), Run.updated_at < cutoff))
+    if run_ids is not None:
+        query = query.where(Run.id.in_(list(run_ids)))
+    runs = list(query.order_by(Run.updated_at, Run.id).dicts())
     steps: dict[str, tuple[int, int]] = {}
     tasks: dict[str, int] = {}
     for chunk in _chunks([r["id"] for r in runs]):

@@ -132,11 +132,16 @@ def _add_cancel_and_priority(store: "StoreHandle") -> None:
                          '("status", "priority" DESC, "created_at", "id")')
 
 
+def _add_title(store: "StoreHandle") -> None:
+    """Schema 13: a run's title, when its agent or the agent's ``set_title`` tool gave it one."""
+    add_column(store, Run, Run.title)
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
-                                                    _add_cancel_and_priority)
+                                                    _add_cancel_and_priority, _add_title)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -122,7 +122,9 @@ class DayflowApp(App):
         if warning:
             self.notify(printable(warning), title="Dashboard state", severity="warning")
         self.theme_changed_signal.subscribe(self, self._theme_chosen)
-        self.push_screen(RunListScreen(status=self.ui_state.status_filter))
+        state = self.ui_state
+        self.push_screen(RunListScreen(status=state.status_filter, sort=state.sort, ascending=state.ascending,
+                                       hidden=state.hidden_columns))
         self.call_after_refresh(self.settle_heap)
         self.set_interval(1.0, self._settle_if_asked)
 
@@ -208,8 +210,11 @@ class DayflowApp(App):
         names from the database, the model and the user, where ``[@click=app.quit]`` is only text."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
         # The toasts have their own strip (styles/app.tcss): once this one is in it, the screen makes room.
-        # (Not once the app is closing: its screens are gone by then, and ``self.screen`` would raise.)
-        self.set_timer(0.05, lambda: self.screen_stack and self.screen.refresh(layout=True))
+        self.set_timer(0.05, self._make_room_for_toasts)
+
+    def _make_room_for_toasts(self) -> None:
+        if self.screen_stack:  # (the app may be closing: no screen to lay out)
+            self.screen.refresh(layout=True)
 
     def remember(self, **values) -> None:
         """Keep the theme or status filter for the next start (a failed save is said once, then ignored)."""
@@ -222,7 +227,7 @@ class DayflowApp(App):
         except OSError as exc:
             if not getattr(self, "_state_unsaved", False):
                 self._state_unsaved = True
-                self.notify(f"Cannot remember the dashboard's theme and filter: {printable(one_line(str(exc), 200))}",
+                self.notify(f"Cannot remember the dashboard's theme, filter and columns: {printable(one_line(str(exc), 200))}",
                             severity="warning")
 
     def on_unmount(self) -> None:

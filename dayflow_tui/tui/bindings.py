@@ -24,6 +24,17 @@ RUN_LIST = [
     Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
     Binding("C", "cancel_run", "Cancel run", key_display="C", id="cancel-run",
             tooltip="Cancel the highlighted run for good (after a confirm): a call in flight is kept, nothing more runs"),
+    Binding("s", "cycle_sort", "Sort", id="sort",
+            tooltip="Sort by the next column: started, cost, steps, status, agent (the header marks it)"),
+    Binding("S", "reverse_sort", "Reverse sort", key_display="S", show=False, id="reverse-sort",
+            tooltip="The same sort the other way round"),
+    Binding("c", "choose_columns", "Columns", show=False, id="columns", tooltip="Choose the columns shown"),
+    Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
+    Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",
+            tooltip="Copy `dayflow resume ID` (with --db when not the default database) to the clipboard"),
+    Binding("X", "remove", "Remove", key_display="X", show=False, id="remove",
+            tooltip="Remove the run (a done, failed or budget-stopped one), archived first if you like: "
+            "dayflow prune --archive's rules"),
     Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
 ]
 
@@ -50,13 +61,19 @@ TRANSCRIPT = [
     Binding("dollar_sign", "chart_units", "Tokens/$", key_display="$", show=False, id="chart-units",
             tooltip="Switch the sparkline between tokens and dollars per step"),
     Binding("a", "approve", "Approve", id="approve",
-            tooltip="Let the calls this run waits on run, then resume it"),
-    Binding("D", "deny", "Deny", id="deny", tooltip="Refuse the calls this run waits on, with a reason the model "
-            "is told, then resume it"),
+            tooltip="Approve the marked calls (space marks), or the one under the cursor; the run goes on once "
+            "none waits"),
+    Binding("A", "approve_all", "Approve all", key_display="A", id="approve-all",
+            tooltip="Approve every waiting call, after a confirm that lists what each will do"),
+    Binding("d,D", "deny", "Deny", key_display="d", id="deny", tooltip="Refuse the marked calls (or the one under "
+            "the cursor), with a reason the model is told"),
     Binding("F", "fork", "Fork here", show=False, id="fork",
             tooltip="Fork the run at the step on show (a new run from its first steps, with a note if you like)"),
-    Binding("E", "edit_call", "Edit & approve", id="edit-call",
-            tooltip="Change the arguments of the first call this run waits on, then approve it"),
+    Binding("E", "edit_call", "Edit", id="edit-call",
+            tooltip="Change the arguments of the call under the cursor, then approve it"),
+    Binding("y", "copy_id", "Copy id", show=False, id="copy-id", tooltip="Copy the run's id to the clipboard"),
+    Binding("Y", "copy_resume", "Copy resume command", key_display="Y", show=False, id="copy-resume",
+            tooltip="Copy `dayflow resume ID` (with --db when not the default database) to the clipboard"),
     Binding("C", "cancel_run", "Cancel run", key_display="C", id="cancel-run-here",
             tooltip="Cancel this run for good (after a confirm): a call in flight is kept, nothing more runs"),
 ]
@@ -122,7 +139,8 @@ SECTIONS = (
     ("Run list", [Binding("enter", "", "Open the highlighted run's transcript (or double-click)")] + RUN_LIST
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
-    ("Transcript", TRANSCRIPT + TRANSCRIPT_SEARCH),
+    ("Transcript", TRANSCRIPT + [Binding("space", "", "Mark or unmark the waiting call under the cursor "
+                                         "(a and d act on the marked ones)")] + TRANSCRIPT_SEARCH),
     ("JSON view (v, x)", [Binding("up,down,pageup,pagedown,home,end", "", "Move the cursor line"),
                           Binding("left,right", "", "Scroll sideways (long strings)")]
      + [binding for binding in JSON_VIEW if binding.id]),

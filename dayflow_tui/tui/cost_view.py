@@ -25,6 +25,7 @@ from ..money.cost import format_usd
 from ..money.estimate import ResumeEstimate
 from ..redaction import redacted_line
 from ..safe_text import printable
+from .widgets.fitting_footer import FittingFooter
 
 SPEND_REFRESH_S = 5.0
 
@@ -115,6 +116,7 @@ class ResumeDialog(ModalScreen[tuple[bool, Decimal | None]]):
             with Horizontal(id="resume-buttons"):
                 yield Button("Resume", id="resume-go", variant="primary")
                 yield Button("Cancel", id="resume-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#resume-go", Button).focus()

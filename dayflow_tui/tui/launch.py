@@ -16,10 +16,15 @@ from .app import WATCHABLE_DELAY_S, DayflowApp
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..config.values import address, argument
+
     parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
     parser.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
+    parser.add_argument("--serve", metavar="HOST:PORT", nargs="?", const=("127.0.0.1", 8000),
+                        type=argument(address), help="serve the dashboard to a browser (textual-serve) on "
+                        "HOST:PORT (default 127.0.0.1:8000), at a URL with a random token it prints")
     return parser
 
 
@@ -37,6 +42,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     from ..config import settings
 
+    if args.serve is not None:  # the database checked above; each browser connection opens its own
+        store.close()
+        from .serve import serve
+
+        try:
+            return serve(args.db, *args.serve)
+        except DayflowError as exc:
+            print(f"dayflow-tui: error: {printable(exc)}", file=sys.stderr)
+            return exc.exit_code
+        except OSError as exc:  # the address is taken, or not this machine's
+            print(f"dayflow-tui: error: cannot listen on {printable(args.serve[0])}:{args.serve[1]}: "
+                  f"{printable(exc.strerror or exc)}", file=sys.stderr)
+            return 1
     theme = settings.current().theme
     if theme and theme not in DayflowApp.known_themes():
         store.close()

@@ -1,4 +1,5 @@
-"""What the dashboard remembers between sessions: the theme chosen and the last status filter.
+"""What the dashboard remembers between sessions: the theme, the last status filter, the run list's sort
+and the columns chosen.
 
 A small JSON file in the settings' state directory (``dashboard.json``), not
 the config file: that one is the user's to edit, this one is written by the
@@ -24,6 +25,9 @@ FILE_NAME = "dashboard.json"
 class UiState:
     theme: str | None = None
     status_filter: str | None = None
+    sort: str | None = None  # views.run_list.SORTS; None: started (the newest first)
+    ascending: bool = False
+    hidden_columns: tuple[str, ...] | None = None  # None: the default (widgets.run_table.HIDDEN_BY_DEFAULT)
 
 
 def state_path() -> Path:
@@ -46,9 +50,14 @@ def load(path: Path | None = None) -> tuple[UiState, str | None]:
         theme, status = data.get("theme"), data.get("status_filter")
         if not (theme is None or isinstance(theme, str)) or not (status is None or isinstance(status, str)):
             raise ValueError("theme and status_filter must be strings")
+        sort, ascending, hidden = data.get("sort"), data.get("ascending", False), data.get("hidden_columns")
+        if not (sort is None or isinstance(sort, str)) or not isinstance(ascending, bool):
+            raise ValueError("sort must be a string and ascending true or false")
+        if hidden is not None and not (isinstance(hidden, list) and all(isinstance(h, str) for h in hidden)):
+            raise ValueError("hidden_columns must be a list of column names")
     except ValueError as exc:
         return UiState(), f"{path}: damaged ({exc}); using the defaults"
-    return UiState(theme, status), None
+    return UiState(theme, status, sort, ascending, tuple(hidden) if hidden is not None else None), None
 
 
 def save(state: UiState, path: Path | None = None) -> None:
@@ -58,7 +67,10 @@ def save(state: UiState, path: Path | None = None) -> None:
     fd, temp = tempfile.mkstemp(prefix=".dashboard.", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(state), fh, indent=2)
+            values = asdict(state)
+            if values["hidden_columns"] is not None:
+                values["hidden_columns"] = list(values["hidden_columns"])
+            json.dump(values, fh, indent=2)
             fh.write("\n")
         os.replace(temp, path)
     except BaseException:

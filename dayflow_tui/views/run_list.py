@@ -38,10 +38,25 @@ WAITING = "waiting"
 JUMP_PAGES = 3
 
 
+# The run list's orders (``s`` cycles them): the newest first, as stored, or one read whole and sorted here.
+SORTS = ("started", "cost", "steps", "status", "agent")
+SORT_LIMIT = 2_000  # runs read for a sort other than "started": the newest this many (the header says so)
+# A status sort puts what needs a person first, what is finished last.
+STATUS_RANK = {status: i for i, status in enumerate(
+    ("waiting", "running", "interrupted", "failed", "budget", "queued", "forked", "done"))}
+
+
 @dataclass(frozen=True)
 class RunFilter:
     status: str | None = None  # a shown status (formatting.STATUS_ORDER) or None for all
     search: str | None = None
+    sort: str = "started"  # one of SORTS
+    ascending: bool = False  # the sort's direction (started: oldest first)
+
+    @property
+    def sorted(self) -> bool:
+        """Ordered other than by the stored keyset: read whole (the newest ``SORT_LIMIT``), sorted here."""
+        return self.sort != "started" or self.ascending
 
     @property
     def active(self) -> bool:
@@ -55,7 +70,7 @@ class RunFilter:
             return False
         if self.search:
             needle = self.search.casefold()
-            haystack = [run.user_msg, getattr(run, "final_text", None), run.error]
+            haystack = [run.user_msg, getattr(run, "final_text", None), run.error, getattr(run, "title", None)]
             if not run.id.startswith(self.search) and not any(needle in (h or "").casefold() for h in haystack):
                 return False
         return True
@@ -105,6 +120,7 @@ class RunWindow:
     depth: Mapping[str, int] = field(default_factory=dict)
     forks: Mapping[str, int] = field(default_factory=dict)
     folded: frozenset = frozenset()
+    capped: bool = False  # a sorted list of the newest SORT_LIMIT runs only
 
     def row(self, index: int) -> Run | None:
         index -= self.offset
@@ -142,7 +158,9 @@ class RunListModel:
             store = self.store
             marker = store.change_marker()
             header = self._header_counts(marker)
-            if run_filter.status in LIVENESS_FILTERS:
+            if run_filter.sorted:
+                window = self._sorted(run_filter, marker)
+            elif run_filter.status in LIVENESS_FILTERS:
                 candidates = store.list_runs(limit=LIVENESS_LIMIT, status=run_filter.stored(),
                                              search=run_filter.search)
                 rows = [run for run in candidates if run_filter.matches(run)]
@@ -164,6 +182,20 @@ class RunListModel:
                              last_seen=max((run.updated_at for run in window.rows), default=""),
                              **header)
             return self._commit(window)
+
+    def _sorted(self, run_filter: RunFilter, marker: tuple) -> RunWindow:
+        """The newest ``SORT_LIMIT`` runs that match, with their costs, in the order asked for.
+
+        A cost is no column (it is summed from the steps' tokens at their rates), so no index can
+        page through runs by it: a sorted list is read whole, as k9s sorts what it has loaded.
+        """
+        candidates = self.store.list_runs(limit=SORT_LIMIT, status=run_filter.stored(), search=run_filter.search)
+        rows = [run for run in candidates if run_filter.matches(run)]
+        costs = self._costs(rows, {})
+        rows.sort(key=run_key, reverse=True)  # the newest first among equals, whichever the direction
+        rows.sort(key=lambda run: sort_key(run, run_filter.sort, costs), reverse=not run_filter.ascending)
+        return RunWindow(filter=run_filter, rows=tuple(rows), total=len(rows), exhausted=True, marker=marker,
+                         costs=costs, capped=len(candidates) >= SORT_LIMIT)
 
     def load_until(self, index: int) -> RunWindow | None:
         """Make list row ``index`` loaded: page down or up to it, or jump there when it is far (None: it
@@ -261,15 +293,17 @@ class RunListModel:
                 header = self._header_counts(marker)
                 return None if header["counts"] == dict(window.counts) else self._commit(replace(
                     window, keep=None, reloaded=False, changed=False, **header))
-            changed = self.store.runs_updated_since(_since(window.last_seen))
-            if window.offset:
-                return self._commit(self._merged_below(window, changed, marker))
-            pinned = {run.id for run in window.pinned_rows}
-            rebuild = self._runs_were_removed(window, changed) or (
-                window.filter.active and any(run.id not in window.positions for run in changed)) or (
-                not window.filter.active and any((run.status == WAITING) != (run.id in pinned) for run in changed))
-            if not rebuild:
-                return self._commit(self._merged(window, changed, marker))
+            # A sorted list: a commit may move any row, so it is read again (the cursor stays on its run).
+            if not window.filter.sorted:
+                changed = self.store.runs_updated_since(_since(window.last_seen))
+                if window.offset:
+                    return self._commit(self._merged_below(window, changed, marker))
+                pinned = {run.id for run in window.pinned_rows}
+                rebuild = self._runs_were_removed(window, changed) or (
+                    window.filter.active and any(run.id not in window.positions for run in changed)) or (
+                    not window.filter.active and any((run.status == WAITING) != (run.id in pinned) for run in changed))
+                if not rebuild:
+                    return self._commit(self._merged(window, changed, marker))
         # Runs went (pruned) or a filtered list gained one: start over, as far down as was loaded.
         return self.reload(window.filter, keep, until=max(len(window.rows) - 1, 0))
 
@@ -369,6 +403,21 @@ class RunListModel:
         return {"waiting": counts.get(WAITING, 0), "counts": counts}
 
 
+def sort_key(run: Run, sort: str, costs: Mapping[str, RunCost]):
+    """What ``sort`` orders by (descending unless asked otherwise); an unknown cost sorts as the least."""
+    if sort == "cost":
+        cost = costs.get(run.id)
+        total = cost.total if cost is not None else None
+        return (total is not None, total if total is not None else 0)
+    if sort == "steps":
+        return run.step_count or 0
+    if sort == "status":  # descending puts rank 0 (waiting) first
+        return -STATUS_RANK.get(effective_status(run), len(STATUS_RANK))
+    if sort == "agent":  # descending by a negated key is alphabetical: brief, mailer, triage
+        return tuple(-ord(c) for c in (getattr(run, "agent", None) or "brief").casefold())
+    return run_key(run)
+
+
 def _positions(rows, offset: int = 0) -> dict[str, int]:
     return {run.id: offset + i for i, run in enumerate(rows)}
 
@@ -392,7 +441,7 @@ def _arranged(window: RunWindow, folded: frozenset) -> RunWindow:
     same one ``dayflow runs`` prints.
     """
     rows = window.rows
-    if window.filter.active or not has_forks(rows):
+    if window.filter.active or window.filter.sorted or not has_forks(rows):
         return replace(window, shown=tuple(rows), shown_positions=_positions(rows, window.offset),
                        shown_total=window.total, depth={}, forks={}, folded=folded)
     tree = arrange(rows, pinned=window.pinned, folded=folded)

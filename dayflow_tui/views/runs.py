@@ -40,9 +40,11 @@ def run_lines(store, *, limit: int, status: str | None = None) -> tuple[RunLine,
 def run_json(line: RunLine) -> dict:
     """One run of ``dayflow runs --json``."""
     from ..money.cost import run_cost_json
+    from .titles import is_given, run_title
 
     r = line.run
-    return {"id": r.id, "status": line.status, "stored_status": r.status, "created_at": r.created_at,
+    return {"id": r.id, "title": run_title(r), "title_given": is_given(r), "status": line.status,
+            "stored_status": r.status, "created_at": r.created_at,
             "updated_at": r.updated_at, "steps": r.step_count, "input_tokens": r.input_tokens,
             "output_tokens": r.output_tokens, "cache_write_tokens": r.cache_creation_tokens,
             "cache_read_tokens": r.cache_read_tokens, "model": r.model, "compact_at": r.compact_at,

@@ -8,10 +8,12 @@ screen to show.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from ..search.query import Query, check_searchable, parse
 from ..store.search import Hit
+from .titles import titles_of
 
 # What the beginning of a run id looks like (ids are 12 hex digits; tests and imports use words and dashes).
 RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]{3,31}$")
@@ -24,6 +26,7 @@ class RunHits:
     run_id: str
     status: str
     hits: tuple[Hit, ...]
+    title: str = ""  # views.titles.run_title
 
     @property
     def best(self) -> Hit:
@@ -49,6 +52,7 @@ class Found:
     note: str | None = None  # what the store says about the search (an index being built)
     runs: tuple[RunHits, ...] = ()  # every run searched: the runs, those found by their id first
     by_id: int = 0  # how many of ``runs`` were found by the beginning of their id
+    titles: Mapping[str, str] = field(default_factory=dict)  # run id -> title, for every run with a hit
 
 
 def search_typed(store, text: str, *, limit: int, run_id: str | None = None) -> Found:
@@ -66,10 +70,14 @@ def search_typed(store, text: str, *, limit: int, run_id: str | None = None) -> 
         known = {run.run_id for run in runs}
         by_id = group_by_run(tuple(hit for hit in store.search(parse(f"run:{text.strip()} in:task"),
                                                                limit=20).hits if hit.run_id not in known))
-    return Found(query, hits, result.more, result.note, by_id + runs, len(by_id))
+    runs = by_id + runs
+    titles = titles_of(store, [run.run_id for run in runs])
+    return Found(query, hits, result.more, result.note,
+                 tuple(replace(run, title=titles.get(run.run_id, "")) for run in runs), len(by_id), titles)
 
 
 def search_query(store, query: Query, *, limit: int, since: str | None = None, agent: str | None = None) -> Found:
     """``dayflow search``: the newest ``limit`` hits of a checked query."""
     result = store.search(query.searched(), limit=limit, since=since, agent=agent)
-    return Found(query, tuple(result.hits), result.more, result.note)
+    return Found(query, tuple(result.hits), result.more, result.note,
+                 titles=titles_of(store, [hit.run_id for hit in result.hits]))

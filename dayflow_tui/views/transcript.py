@@ -26,6 +26,7 @@ class TranscriptRead:
     steps: tuple[tuple[int, bool], ...]  # (n, has its tool results) of every step read, in order
     views: list[StepView] | None
     steps_changed: bool
+    pending: tuple = ()  # views.pending.PendingCall: the calls the run waits on a person for
 
 
 def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] = (),
@@ -60,7 +61,9 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
             steps = tuple((row.n, row.tool_results is not None) for row in everything)
             views = build_steps(everything, run.model)
         attach_decisions(views, decided)
-    return TranscriptRead(now, run, steps, views, changed or bool(decided))
+    from .pending import pending_calls
+
+    return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided))
 
 
 @dataclass(frozen=True)
@@ -72,16 +75,18 @@ class ShownRun:
     resumes: tuple
     approvals: tuple
     status: str = ""  # the status shown, as `dayflow runs` and the dashboard word it (interrupted, not running)
+    title: str = ""  # views.titles.run_title: given, or made from the task and the answer
 
 
 def read_show(store, run_id: str) -> ShownRun:
     from ..money.cost import run_cost
     from ..store import effective_status
     from ..store.tables.resumes import run_resumes
+    from .titles import run_title
 
     run = store.get_run(run_id)
     return ShownRun(run, run_cost(store, run.id), tuple(run_resumes(store, run.id)),
-                    tuple(store.approvals(run.id)), effective_status(run))
+                    tuple(store.approvals(run.id)), effective_status(run), run_title(run))
 
 
 # The first page is small, so the first screen of a long run is written at once; later ones amortise the reads.

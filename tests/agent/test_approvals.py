@@ -301,10 +301,18 @@ async def test_the_dashboard_approves_or_denies_a_waiting_run_and_it_goes_on(sto
         await wait_for(pilot, lambda: "⏸ 1 waiting" in app.sub_title)
         screen = await open_run(pilot, waited.run_id)
         await wait_for(pilot, lambda: "waiting for a decision" in screen_text(app))
+        # Every waiting call: A approves them all after its confirm; for a denial each is marked (space), then d.
+        await wait_for(pilot, lambda: len(screen.pending) == ASKED)
         if decision == "approve":
-            await pilot.press("a")
+            from dayflow_tui.tui.screens.decide import ApproveAllDialog
+
+            await pilot.press("A")
+            await wait_for(pilot, lambda: isinstance(app.screen, ApproveAllDialog))
+            app.screen.query_one("#approve-all-confirm").press()
         else:
-            await pilot.press("D")
+            for _ in range(ASKED):
+                await pilot.press("space", "j")
+            await pilot.press("d")
             await wait_for(pilot, lambda: isinstance(app.screen, DenyDialog))
             for key in "not now":
                 await pilot.press(key if key != " " else "space")
@@ -383,7 +391,14 @@ async def test_the_dashboard_edits_a_calls_arguments_then_approves_it(store):
         await wait_for(pilot, lambda: store.approvals(waited.run_id) and
                        next(r for r in store.approvals(waited.run_id) if r.tool_use_id == first.tool_use_id)
                        .state == "approved")
-        await pilot.press("a")
+        # The rest at once: A, after a confirm that lists them (a approves the one under the cursor only).
+        from dayflow_tui.tui.screens.decide import ApproveAllDialog
+
+        await wait_for(pilot, lambda: bool(screen.pending) and all(
+            call.tool_use_id != first.tool_use_id for call in screen.pending))
+        await pilot.press("A")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApproveAllDialog))
+        app.screen.query_one("#approve-all-confirm").press()
         await wait_for(pilot, lambda: screen.run is not None and screen.run.status == "done" and not app.is_driving)
     titles = {t.idempotency_key: t.title for t in store.list_tasks(run_id=waited.run_id)}
     assert titles[args["idempotency_key"]] == "Edited in the dashboard" and client.calls == 1

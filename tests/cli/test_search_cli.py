@@ -76,7 +76,8 @@ def test_json_gives_places_tools_and_the_spans_of_each_match(searchable):
         assert hit["highlights"]
         assert all(hit["snippet"][start:end].lower() == "thing" for start, end in hit["highlights"])
         assert set(hit) == {"run_id", "step", "where", "label", "tool", "snippet", "highlights", "status", "at",
-                            "also"}
+                            "also", "run_title"}
+        assert hit["run_title"]  # each hit names its run by its title (views.titles)
     errors = json.loads(dayflow("search", "--json", "in:error", db=searchable).stdout)
     assert {(h["run_id"], h["where"], h["tool"]) for h in errors} >= {("run-failed-01", "error", None),
                                                                       ("run-hostile-1", "error", "create_task")}

@@ -1,5 +1,6 @@
 """A random agent for one simulation example, written as a Python file that ``dayflow run`` loads.
 
+Half the agents also offer the built-in ``set_title`` (its effect: the run row's title).
 Tools come in four kinds: read-only, idempotent (keyed on ``key``, its effect
 a task made through the store), plain (a side effect that must never run
 twice), and approval (plain or idempotent, waiting for a person). Every
@@ -23,6 +24,7 @@ import random
 from dataclasses import dataclass, replace
 
 READ_ONLY, IDEMPOTENT, PLAIN = "read_only", "idempotent", "plain"
+TITLE_TOOL = "set_title"
 
 _PRELUDE = '''\
 """Written by tests/sim for one simulation example."""
@@ -90,12 +92,19 @@ class ToolSpec:
 class AgentSpec:
     tools: tuple[ToolSpec, ...]
     prompt: str = "You are a simulated agent. Use your tools, then answer."
+    titles: bool = False  # the agent also offers the built-in set_title tool (agent.titles)
 
     def source(self) -> str:
-        names = ", ".join(t.name for t in self.tools)
-        return (_PRELUDE + "\n\n".join(t.source() for t in self.tools)
+        names = ", ".join(t.name for t in self.tools) + (", set_title" if self.titles else "")
+        prelude = _PRELUDE + ("from dayflow_tui.agent.titles import set_title\n\n" if self.titles else "")
+        return (prelude + "\n\n".join(t.source() for t in self.tools)
                 + f"\n\nagent = Agent(name=\"sim\", system={self.prompt!r}, tools=({names},),"
                   f" task=\"simulate\")\n")
+
+    @property
+    def tool_names(self) -> set[str]:
+        """Every tool a request offers (the built-in set_title too)."""
+        return {t.name for t in self.tools} | ({TITLE_TOOL} if self.titles else set())
 
     def tool(self, name: str) -> ToolSpec:
         return next(t for t in self.tools if t.name == name)
@@ -118,4 +127,5 @@ def random_agent(rng: random.Random) -> AgentSpec:
     if not any(t.approval for t in tools):  # every example has a tool that waits for a person
         plain = next(t for t in tools if t.kind == PLAIN)
         tools[tools.index(plain)] = replace(plain, approval=True)
-    return AgentSpec(tuple(tools))
+    # Half the agents offer set_title, decided without drawing from ``rng`` (the known seeds replay alike).
+    return AgentSpec(tuple(tools), titles=len(tools) % 2 == 0)

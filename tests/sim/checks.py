@@ -62,6 +62,7 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
     problems: list[str] = []
     problems += _steps_kept(world, snapshot)
     problems += _index_level(snapshot)
+    problems += _titles(snapshot)
     ledger = read_ledger(world.ledger)
     names = tool_names(snapshot)
     kept = results(snapshot)
@@ -156,6 +157,30 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
             problems.append(f"run {run['id']} was set failed by back-pressure: {(run['error'] or '')[:160]!r}")
     problems += world.model.problems
     world.model.problems.clear()
+    return problems
+
+
+def _titles(snapshot: Snapshot) -> list[str]:
+    """A run's title is the one its latest ``set_title`` call that ran left: the last call with a kept result,
+    or a later one that ran without one yet (killed after its write: run again, it changes nothing). Never
+    a title no call asked for, never one from before a call that was kept."""
+    problems = []
+    kept = results(snapshot)
+    calls: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for (run_id, n), step in sorted(snapshot.steps.items()):
+        for block in json.loads(step["assistant"]):
+            if block.get("type") == "tool_use" and block.get("name") == "set_title":
+                calls[run_id].append((block.get("id"), (block.get("input") or {}).get("title")))
+    for run_id, run in snapshot.runs.items():
+        title, made = run.get("title"), calls.get(run_id, [])
+        ran = [i for i, (call, _t) in enumerate(made) if (run_id, call) in kept
+               and not kept[(run_id, call)].get("is_error")]
+        if not made:
+            continue  # titled at creation or not at all: nothing of this tool's to check
+        allowed = {t for _c, t in made[ran[-1]:]} if ran else {None} | {t for _c, t in made}
+        if title not in allowed:
+            problems.append(f"run {run_id} is titled {title!r}; its set_title calls that may have run last "
+                            f"asked for {sorted(map(str, allowed))}")
     return problems
 
 

@@ -73,19 +73,20 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps({"seed": self.seed, "backend": self.backend,
-                           "agent": [asdict(t) for t in self.agent.tools],
+                           "agent": [asdict(t) for t in self.agent.tools], "titles": self.agent.titles,
                            "actions": [asdict(a) for a in self.actions]}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         data = json.loads(text)
-        agent = AgentSpec(tuple(ToolSpec(**t) for t in data["agent"]))
+        agent = AgentSpec(tuple(ToolSpec(**t) for t in data["agent"]), titles=data.get("titles", False))
         actions = tuple(Action(**{**a, "kill": tuple(a["kill"]) if a["kill"] else None,
                                   "fault": tuple(a["fault"]) if a["fault"] else None}) for a in data["actions"])
         return cls(data["seed"], data["backend"], agent, actions)
 
     def describe(self) -> str:
         tools = ", ".join(f"{t.name}({t.kind}{', approval' if t.approval else ''})" for t in self.agent.tools)
+        tools += ", set_title" if self.agent.titles else ""
         lines = [f"agent: {tools}"] + [f"  {i + 1}. {a}" for i, a in enumerate(self.actions)]
         return "\n".join(lines)
 

@@ -126,6 +126,8 @@ class ScriptedModel:
                 args = {"call": call, "note": f"n{serial}x{i}"}
                 if "key" in (spec.get("input_schema") or {}).get("properties", {}):
                     args["key"] = f"k{rng.randint(0, 3)}"
+                if spec["name"] == "set_title":  # the built-in tool: a title of a few, so some repeat
+                    args = {"title": f"sim title {rng.randint(0, 2)}"}
                 content.append({"type": "tool_use", "id": call, "name": spec["name"], "input": args})
             stop = "tool_use"
         return {"id": f"msg_sim_{serial:06d}", "type": "message", "role": "assistant",

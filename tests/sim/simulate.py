@@ -44,7 +44,7 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
         world = World(plan, workdir, db_target=database.read_target, process_db=database.process_target,
                       proxy=database.proxy)
         world.model = model
-        model.agent_tools = {t.name for t in plan.agent.tools}
+        model.agent_tools = plan.agent.tool_names
         outcome = world.outcome
         for index, action in enumerate(plan.actions):
             first_proc = len(world.procs)

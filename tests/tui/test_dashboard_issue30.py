@@ -40,7 +40,8 @@ async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(t
             actions = footer_actions(app)
             assert {"approve", "deny", "edit_call"} <= set(actions) and "resume" not in actions, actions
             line = footer_line(app)
-            assert "a Approve" in line and "D Deny" in line and "E Edit & approve" in line, line
+            assert "a Approve" in line and "A Approve all" in line and "d Deny" in line, line
+            assert "E Edit" in line and "space Mark" in line, line
             assert "Resume" not in line and line.rstrip().endswith("^p palette"), line  # whole, not cut
             await pilot.press("escape")
             await open_run(pilot, "run-done-0001")
@@ -54,8 +55,8 @@ async def test_the_footer_offers_the_keys_that_apply_on_a_waiting_run_at_80x24(t
 
 def task_cell_width(app) -> int:
     """The task column's width as drawn: from its title to the preview's edge (or the line's end)."""
-    header = next(line for line in screen_text(app).splitlines() if "task / error" in line)
-    start = header.index("task / error")
+    header = next(line for line in screen_text(app).splitlines() if "title / error" in line)
+    start = header.index("title / error")
     end = header.find("▏", start)
     return (end if end >= 0 else len(header.rstrip()) + 1) - start
 

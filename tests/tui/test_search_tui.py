@@ -74,7 +74,9 @@ async def test_search_as_you_type_then_the_match_then_back_where_you_were(store,
             # One entry per run with a hit, newest run first, each with its count and its best place.
             assert [p.split()[0] for p in prompts] == ["run-live-0001", "run-queued-01", "run-crash-001",
                                                       "run-failed-01", "run-budget-01", "run-done-0001"]
-            assert prompts[1].startswith("run-queued-01  … queued  1 hit  task\n    Read my inbox, calendar")
+            # Each run named by its title after where it matched (views.titles: here made from the task).
+            assert prompts[1].startswith("run-queued-01  … queued  1 hit  task  ·  Read my inbox, calendar and")
+            assert "\n    Read my inbox, calendar" in prompts[1]
             assert prompts[2].startswith("run-crash-001  ⚠ interrupted  3 hits  step 1 · tool result · read_inbox")
             # Typed in one burst: one search (and one for runs whose id starts so), on a worker thread, never
             # on the UI thread.

@@ -105,7 +105,7 @@ async def test_a_task_not_made_by_a_run_says_so(store):
         await wait_for(pilot, lambda: any("not made by a run" in str(n.message) for n in app._notifications))
         assert isinstance(app.screen, TasksScreen)
         await pilot.press("slash", *"nothing-matches-this")
-        await wait_for(pilot, lambda: shows(app, "No tasks match."))
+        await wait_for(pilot, lambda: shows(app, "No tasks match 'nothing-matches-this': words of a title"))
 
 
 async def test_every_task_is_reached_a_page_at_a_time_as_the_cursor_reaches_the_end(store):

@@ -281,11 +281,13 @@ async def test_markup_and_escape_codes_render_literally(store):
     async with app.run_test(size=(250, 50)) as pilot:  # wide: the task column beside the preview pane
         await settle(pilot)
         listed = screen_text(app)
-        assert "Summarise: [bold]not bold[/] [link=https://evil.example]click[/link] \\x1b[31mred?" in listed
+        # The run's title, made from its task and its answer, both as text (views.titles).
+        assert "Summarise: [bold]not bo… → Today: [bold]not bold[/] [link=https://evil.example]" in listed
         screen = await _open(pilot, "run-hostile-1")
         await pilot.press("e")
         await pilot.pause(0.3)
         shown = screen_text(app)
+        assert "Summarise: [bold]not bold[/] [link=https://evil.example]click[/link] \\x1b[31mred?" in shown
         assert "Reading mail titled [bold]not bold[/] [link=https://evil.example]click[/link]" in shown
         assert "\\x1b]8;;https://evil.example\\x07osc link" in shown
         assert "\\x1b]0;retitled\\x07 [/] [@click=app.quit]q[/]" in shown

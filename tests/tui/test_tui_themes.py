@@ -178,7 +178,8 @@ async def test_the_theme_and_the_status_filter_are_remembered(tmp_path):
             await wait_for(pilot, lambda: ui_state.state_path().exists()
                            and json.loads(ui_state.state_path().read_text())["theme"] == "nord")
         saved = json.loads(ui_state.state_path().read_text())
-        assert saved == {"theme": "nord", "status_filter": "failed"}
+        assert saved == {"theme": "nord", "status_filter": "failed", "sort": "started", "ascending": False,
+                         "hidden_columns": None}
 
         second = DayflowApp(store)
         async with second.run_test(size=(120, 36)) as pilot:
@@ -208,7 +209,8 @@ async def test_a_damaged_state_file_opens_with_the_defaults_and_a_warning(tmp_pa
             # Left as it was until the next choice is saved.
             assert path.read_text(encoding="utf-8") == '{"theme": "nord", "status_filter": '
             app.theme = "gruvbox"
-            await wait_for(pilot, lambda: read_json(path) == {"theme": "gruvbox", "status_filter": None})
+            await wait_for(pilot, lambda: read_json(path) == {"theme": "gruvbox", "status_filter": None, "sort": None,
+                                                              "ascending": False, "hidden_columns": None})
     finally:
         store.close()
 

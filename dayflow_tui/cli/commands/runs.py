@@ -12,6 +12,7 @@ from ..opening import open_db, open_for_reading
 def cmd_runs(args: argparse.Namespace) -> int:
     from ...views.costs import budget_text, cache_text, cost_text
     from ...views.runs import run_json, run_lines
+    from ...views.titles import run_title
 
     store = open_for_reading(args)
     lines = run_lines(store, limit=args.limit, status=args.status)
@@ -44,6 +45,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             line += f"  at step {r.forked_at}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
+        line += f"  · {run_title(r, 100)}"  # what it is: given, or made from the task and the answer
         print(printable(line))  # counts and the status too are whatever a (damaged) row holds
     return 0
 
@@ -81,7 +83,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     # Written as it is read, a page of steps at a time: a 5,000-step run's first screen does not wait for the rest.
     with paged(not args.no_pager) as console:
         print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), console=console,
-                         approvals=list(shown.approvals), status=shown.status, pages=show_pages(store, shown.run.id))
+                         approvals=list(shown.approvals), status=shown.status, title=shown.title,
+                         pages=show_pages(store, shown.run.id))
     return 0
 
 

@@ -36,12 +36,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     if found.note:
         print(f"dayflow: note: {printable(found.note)}", file=sys.stderr)
     if args.json:
-        print(printable_json([hit_json(hit) for hit in found.hits]))
+        print(printable_json([{**hit_json(hit), "run_title": found.titles.get(hit.run_id, "")}
+                              for hit in found.hits]))
     elif sys.stdout.isatty():
         from rich.console import Console
+        from rich.text import Text
 
         console = Console(highlight=False, markup=False, emoji=False, soft_wrap=False)
+        last = None
         for hit in found.hits:
+            if hit.run_id != last and found.titles.get(hit.run_id):  # each run named once, by its title
+                console.print(Text.assemble(("── ", "dim"), (printable(found.titles[hit.run_id]), "bold")))
+            last = hit.run_id
             console.print(hit_text(hit))
     else:
         for hit in found.hits:

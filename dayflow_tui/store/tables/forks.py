@@ -23,7 +23,7 @@ from ..models import Approval, Run, Step
 from ..retry import attempt_number, store_call
 from ..search.index import index_runs
 from ..status import RunStatus
-from .runs import get_run
+from .runs import clean_title, get_run
 from .steps import dumps, steps as read_steps
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def fork_run(store: StoreHandle, parent_id: str, plan: ForkPlan, *,
                # tools (byte for byte, so the prompt cache still applies), and a copied call that waits
                # for a person waits again instead of being answered by the built-in brief's tools.
                agent=parent.agent, agent_ref=parent.agent_ref, agent_fingerprint=parent.agent_fingerprint,
-               agent_shape=parent.agent_shape,
+               agent_shape=parent.agent_shape, title=fork_title(parent, steps, plan.at),
                step_count=len(rows), input_tokens=sum(r["input_tokens"] for r in rows),
                output_tokens=sum(r["output_tokens"] for r in rows),
                cache_creation_tokens=sum(r["cache_creation_input_tokens"] for r in rows),
@@ -123,6 +123,28 @@ def fork_run(store: StoreHandle, parent_id: str, plan: ForkPlan, *,
         check(fork, [Step(**{**row, "run": run_id}) for row in rows])
     write_fork(store, fork, rows, journal_to_copy(store, parent.id, rows))
     return get_run(store, run_id)
+
+
+TITLE_TOOL = "set_title"  # agent.titles: the one tool whose side effect is the run row itself
+
+
+def fork_title(parent: Run, steps: list[Step], at: int) -> str | None:
+    """The fork's title as the parent's was after step ``at``: the last ``set_title`` call up to there, else
+    the parent's own when no later call changed it (its agent's title), else none (made from the task)."""
+    def called(step: Step) -> list[str]:
+        try:
+            blocks = json.loads(step.assistant)
+        except (TypeError, ValueError):
+            return []
+        return [b["input"]["title"] for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+                and b.get("name") == TITLE_TOOL and isinstance(b.get("input"), dict)
+                and isinstance(b["input"].get("title"), str)]
+
+    before = [title for step in steps if step.n <= at for title in called(step)]
+    if before:
+        return clean_title(before[-1])
+    later = any(called(step) for step in steps if step.n > at)
+    return None if later else parent.title
 
 
 def journal_to_copy(store: StoreHandle, parent_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@ import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
+from peewee import fn
+
 from ...config.errors import RunBusy, RunNotFound
 from ..leases import Lease, forget_token, new_token, note_cancel, owner_alive, owner_values, with_clock
 from ..models import Run
@@ -31,7 +33,9 @@ AGENT_COLUMNS = ("agent", "agent_ref", "agent_fingerprint", "agent_shape")
 def _agent_values(agent: dict[str, Any] | None) -> dict[str, Any]:
     """The run's agent columns (the built-in brief when none is named)."""
     values = {"agent": "brief"}
-    values.update({k: v for k, v in (agent or {}).items() if k in AGENT_COLUMNS})
+    values.update({k: v for k, v in (agent or {}).items() if k in AGENT_COLUMNS + ("title",)})
+    if values.get("title") is not None:
+        values["title"] = clean_title(values["title"])
     return values
 
 
@@ -126,7 +130,7 @@ def filter_runs(query, status: Iterable[str] | None, search: str | None):
             stored.add(RunStatus.RUNNING.value)  # refined by owner liveness, which SQL cannot see
         query = query.where(Run.status.in_(sorted(stored)))
     if search:
-        query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search)
+        query = query.where(Run.id.startswith(search) | Run.user_msg.contains(search) | Run.title.contains(search)
                             | Run.final_text.contains(search) | Run.error.contains(search))
     return query
 
@@ -143,7 +147,9 @@ def list_runs(store: StoreHandle, *, limit: int = 50, before: tuple[str, str] | 
     end of the list, read backwards (End/G on a million runs reads one page, not the million).
     ``skip`` is an OFFSET, for a jump into the middle only.
     """
-    query = with_clock(store, Run.select(*[f for f in Run._meta.sorted_fields if f.name != "final_text"]))
+    # The answer is left out (it can be long) but for its head, which a title is made from (views.titles).
+    columns = [f for f in Run._meta.sorted_fields if f.name != "final_text"]
+    query = with_clock(store, Run.select(*columns, fn.SUBSTR(Run.final_text, 1, ANSWER_HEAD).alias("final_head")))
     if before is not None:
         created, rid = before
         query = query.where((Run.created_at < created) | ((Run.created_at == created) & (Run.id < rid)))
@@ -263,6 +269,32 @@ def next_retry_at(store: StoreHandle) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
     return max((parse(waiting.not_before) - parse(now)).total_seconds(), 0.0)
+
+
+ANSWER_HEAD = 400  # characters of a run's answer read with it in a list: enough for a title's first line
+TITLE_MAX = 200  # characters of a title kept (a model may write a paragraph)
+
+
+def clean_title(title: str) -> str | None:
+    """A title as kept: one line, trimmed, at most ``TITLE_MAX`` characters (None: nothing left)."""
+    text = " ".join(str(title).split())[:TITLE_MAX].strip()
+    return text or None
+
+
+@store_call
+def set_title(store: StoreHandle, run_id: str, title: str) -> bool:
+    """Give the run ``title``; True when it changed. Setting the title it has is a no-op (not even
+    ``updated_at`` moves), so a ``set_title`` call run again after a crash before its result was kept
+    leaves the run as the first one did."""
+    value = clean_title(title)
+    run = Run.get_or_none(Run.id == run_id)
+    if run is None:
+        raise RunNotFound(f"no run with id {run_id!r} in {store.label}")
+    if run.title == value:  # read before any write transaction: on PostgreSQL each one moves the marker
+        return False
+    with store.write_transaction():
+        differs = Run.title.is_null() if value is None else (Run.title.is_null() | (Run.title != value))
+        return Run.update(title=value, updated_at=store.dialect.now()).where(Run.id == run_id, differs).execute() == 1
 
 
 def set_run(store: StoreHandle, run_id: str, lease: Lease | None, **values: Any) -> None:

@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from .. import bindings
+from ..widgets.fitting_footer import FittingFooter
 
 
 def _keys(binding) -> str:
@@ -42,3 +43,4 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_table(), id="help-keys")
             yield Static(Text("The mouse works too: click a run, click again to open it; click a payload to "
                               "unfold it. Esc or ? closes this screen."), id="help-footer")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were

@@ -13,10 +13,13 @@ from textual.widgets import Static
 
 from ...safe_text import one_line, printable
 from ...store import effective_status
+from ...views.run_list import SORT_LIMIT, SORTS
 from .. import bindings, formatting
+from ..clipboard import copy_run
 from ..cost_view import SpendPanel
+from .remove import Removed
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
-from ..widgets.run_table import RunFilter, RunTable, header_text
+from ..widgets.run_table import HIDDEN_BY_DEFAULT, OPTIONAL, RunFilter, RunTable, header_text
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 from .cancel import CancelsRuns
@@ -27,20 +30,27 @@ FILTERS = (None, *formatting.STATUS_ORDER)
 
 class ColumnHeader(Widget):
     """The run table's column titles, drawn for the width it has when drawn (so it never lags a resize,
-    a screen on top, or the table's first appearance)."""
+    a screen on top, or the table's first appearance), the sorted one marked."""
 
     def render(self) -> Text:
-        return header_text(max(self.size.width, 1))
+        screen = self.screen
+        run_filter = getattr(screen, "run_filter", RunFilter())
+        hidden = getattr(screen, "hidden_columns", HIDDEN_BY_DEFAULT)
+        return header_text(max(self.size.width, 1), hidden, run_filter.sort, run_filter.ascending)
 
 
 class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
     BINDINGS = bindings.RUN_LIST
     DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "open", "cancel_run")
 
-    def __init__(self, *, status: str | None = None) -> None:
+    def __init__(self, *, status: str | None = None, sort: str | None = None, ascending: bool = False,
+                 hidden: tuple[str, ...] | None = None) -> None:
         super().__init__(id="run-list")
-        # The status filter remembered from the last session (ignored when it is no longer a status).
-        self.run_filter = RunFilter(status if status in FILTERS else None)
+        # The status filter and sort remembered from the last session (ignored when no longer known).
+        self.run_filter = RunFilter(status if status in FILTERS else None, sort=sort if sort in SORTS else "started",
+                                    ascending=bool(ascending))
+        self.hidden_columns = (HIDDEN_BY_DEFAULT if hidden is None
+                               else frozenset(name for name in hidden if name in OPTIONAL))
 
     @property
     def store(self):
@@ -62,6 +72,7 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
 
     def on_mount(self) -> None:
         self._fold_preview()
+        self.table.hidden = self.hidden_columns
         self.table.reload(self.run_filter)
         self._show_state()
         self.table.focus()
@@ -93,7 +104,7 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
             return
         status = effective_status(run)
         stopped = run.error if run.error and run.status != "done" else None
-        text = stopped or run.user_msg or ""
+        text = stopped or run.user_msg or ""  # the whole of it: the row above shows the title
         line.update(Content.assemble(
             (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
             (f" {printable(one_line(run.id, 40))}: ", "bold"),
@@ -123,6 +134,11 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
         shown = f"status: {self.run_filter.status or 'all'}"
         if self.run_filter.search:
             shown += f" · search: {printable(self.run_filter.search)}"
+        if self.run_filter.sorted:
+            arrow = "▲" if self.run_filter.ascending else "▼"
+            shown += f" · sorted by {self.run_filter.sort} {arrow}"
+            if table.window.capped:
+                shown += f" (the newest {SORT_LIMIT:,} runs)"
         count = f"{table.total:,} run{'s' if table.total != 1 else ''}"
         waiting = table.window.waiting
         if waiting and self.run_filter.status != "waiting":
@@ -223,11 +239,14 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
         position = FILTERS.index(self.run_filter.status)
         self.apply_filter(status=FILTERS[(position + step) % len(FILTERS)])
 
-    def apply_filter(self, *, status: str | None | object = ..., search: str | None | object = ...) -> None:
+    def apply_filter(self, *, status: str | None | object = ..., search: str | None | object = ...,
+                     sort: str | None = None, ascending: bool | None = None) -> None:
         new_status = self.run_filter.status if status is ... else status
         new_search = self.run_filter.search if search is ... else (search or None)
-        self.run_filter = RunFilter(new_status, new_search)  # type: ignore[arg-type]
-        self.app.remember(status_filter=self.run_filter.status)
+        self.run_filter = RunFilter(new_status, new_search, sort=sort or self.run_filter.sort,  # type: ignore[arg-type]
+                                    ascending=self.run_filter.ascending if ascending is None else ascending)
+        self.app.remember(status_filter=self.run_filter.status, sort=self.run_filter.sort,
+                          ascending=self.run_filter.ascending)
         keep = self.table.current.id if self.table.current else None
         self.table.reload(self.run_filter, keep=keep)
         self._show_state()
@@ -260,3 +279,65 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
     def action_clear_filters(self) -> None:
         self.apply_filter(status=None, search=None)
         self.table.focus()
+
+    def action_remove(self) -> None:
+        """``X``: remove the highlighted run (archived first if asked), by ``prune --archive``'s rules."""
+        from ...views.titles import run_title
+        from .remove import RemoveDialog, remove_in_worker, removal_blocker
+
+        run = self.table.current
+        if run is None:
+            return
+        blocker = removal_blocker(run)
+        if blocker:
+            self.app.notify(f"Run {printable(run.id)} cannot be removed: {blocker}.", severity="warning")
+            return
+
+        def chosen(answer) -> None:
+            if answer:
+                remove_in_worker(self.app, run.id, answer[1] if answer[0] == "archive" else None, self)
+
+        self.app.push_screen(RemoveDialog(run, run_title(run)), chosen)
+
+    @on(Removed)
+    def _removed(self, message: Removed) -> None:
+        if message.error:
+            self.app.notify(f"Run {printable(message.run_id)} was not removed: {message.error}", severity="warning")
+            return
+        where = f"; archived in {printable(message.archive)}" if message.archive else ""
+        self.app.notify(f"Run {printable(message.run_id)} removed{where}. Its tasks stay.", title="Removed")
+        self.poll()
+
+    def action_copy_id(self) -> None:
+        if self.table.current is not None:
+            copy_run(self.app, self.table.current.id)
+
+    def action_copy_resume(self) -> None:
+        if self.table.current is not None:
+            copy_run(self.app, self.table.current.id, command=True)
+
+    def action_cycle_sort(self) -> None:
+        """``s``: the next order (started, cost, steps, status, agent), largest or newest first."""
+        position = SORTS.index(self.run_filter.sort)
+        self.apply_filter(sort=SORTS[(position + 1) % len(SORTS)], ascending=False)
+        self.query_one(ColumnHeader).refresh()
+
+    def action_reverse_sort(self) -> None:
+        """``S``: the same order the other way round."""
+        self.apply_filter(ascending=not self.run_filter.ascending)
+        self.query_one(ColumnHeader).refresh()
+
+    def action_choose_columns(self) -> None:
+        """``c``: a picker of the columns shown (the id and the title always are)."""
+        from .columns import ColumnsDialog
+
+        def chosen(hidden: frozenset | None) -> None:
+            if hidden is None:
+                return
+            self.hidden_columns = frozenset(hidden)
+            self.table.hidden = self.hidden_columns
+            self.app.remember(hidden_columns=tuple(sorted(self.hidden_columns)))
+            self.query_one(ColumnHeader).refresh()
+            self.table.refresh()
+
+        self.app.push_screen(ColumnsDialog(OPTIONAL, self.hidden_columns), chosen)

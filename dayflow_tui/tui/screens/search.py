@@ -74,7 +74,8 @@ def result_prompt(run: RunHits, more: bool) -> Content:
     status_style = f"bold {formatting.STATUS_STYLES.get(run.status, '')}"
     first = Content.assemble((printable(run.run_id), "bold"), "  ",
                              (formatting.status_label(run.status), status_style), "  ", (hits, ""), "  ",
-                             where_content(run.best))
+                             where_content(run.best),
+                             *((("  ·  ", "$text-muted"), (one_line(run.title, 80), "bold")) if run.title else ()))
     return Content.assemble(first, "\n    ", snippet_content(run.best))
 
 
@@ -210,8 +211,12 @@ class SearchScreen(Screen):
         line = f"{hits} in {runs:,} run{'s' if runs != 1 else ''}, newest first" if message.hits else "No matches"
         if message.by_id:
             line += f" · {message.by_id} run{'s' if message.by_id != 1 else ''} by id, listed first"
+        elif not message.hits and message.query.listing:  # status:S alone: the runs in that status
+            line = f"No {' or '.join(s.value for s in message.query.statuses)} runs."
         elif not message.hits:
-            line += "."
+            # What was looked for, and what widens it (an empty list alone says nothing).
+            line = (f"No matches for {printable(one_line(message.query.source.strip(), 60))!r}: try fewer words, "
+                    "a prefix with *, or drop a status:/tool:/in: filter. Esc goes back.")
         if message.more:
             line += f" · showing the newest {HIT_LIMIT:,} hits: narrow the query to see older ones"
         if message.note:

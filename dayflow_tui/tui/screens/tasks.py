@@ -125,8 +125,10 @@ class TasksScreen(Screen):
         self.total, self.loaded, self._reading_more = message.total, True, False
         shown = len(self.rows)
         if not message.total:
-            text = "No tasks match." if self.query_one("#task-filter", Input).value.strip() else \
-                "No tasks yet: runs create them (a daily brief makes one per mail that asks for something)."
+            typed = self.query_one("#task-filter", Input).value.strip()
+            text = (f"No tasks match {printable(one_line(typed, 60))!r}: words of a title or notes, open, done "
+                    "or run:ID narrow the list; clear the filter to see them all." if typed else
+                    "No tasks yet: runs create them (a daily brief makes one per mail that asks for something).")
         elif shown < message.total:
             text = f"{message.total:,} tasks match; the newest {shown:,} are listed, more as the cursor reaches the end"
         else:

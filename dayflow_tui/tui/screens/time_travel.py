@@ -45,6 +45,7 @@ class ForkDialog(ModalScreen["tuple[bool, str | None] | None"]):
             with Horizontal(id="resume-buttons"):
                 yield Button("Fork", id="fork-confirm", variant="primary")
                 yield Button("Cancel", id="fork-cancel")
+        yield FittingFooter()  # the keys of this dialog, where the screen's were
 
     def on_mount(self) -> None:
         self.query_one("#fork-note", Input).focus()

@@ -23,10 +23,13 @@ from ...money.cost import Cost, budget_text, format_usd
 from ...safe_text import printable
 from ...store import effective_status, is_connection_error
 from ...store.models import Run
+from ...views.titles import is_given, run_title
 from ...views.transcript import TranscriptRead, read_transcript
 from .. import bindings, formatting
+from ..clipboard import copy_run
 from ..cost_view import ResumePriced
 from ..widgets.json_view import JsonView
+from ..widgets.pending_calls import PendingCalls
 from ..widgets.step_detail import StepDetail
 from ..widgets.step_list import StepList, step_prompt
 from ..widgets.fitting_footer import FittingFooter
@@ -57,9 +60,9 @@ MODES = ("detail", "raw", "request")
 class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, DecidesWaitingCalls, CancelsRuns, Screen):
     BINDINGS = bindings.TRANSCRIPT
     # On a narrow terminal these keys leave the footer first (after the everywhere-keys): on a waiting
-    # run, a D E are what the reader came for.
-    FOOTER_LEAVE_OUT = ("next_request", "raw", "expand")
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "deny", "edit_call", "cancel_run")
+    # run, a A d E are what the reader came for (j still moves between steps).
+    FOOTER_LEAVE_OUT = ("next_request", "raw", "expand", "step(1)")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "approve_all", "deny", "edit_call", "cancel_run")
 
     def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
         super().__init__(classes="transcript")
@@ -93,6 +96,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         yield Static(id="saved")
         yield Static(id="task")
         yield Static(id="live")
+        yield PendingCalls(id="pending")
         with Horizontal(id="body"):
             with Vertical(id="sidebar"):
                 yield Static(Content.styled("tokens per step", "$text-muted"), id="chart-title")
@@ -160,17 +164,33 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         if read.steps_changed:
             self.steps = read.steps
             self.views = read.views or []
+        self._show_pending(read.pending)
         self._redraw(steps_changed=read.steps_changed)
         if first:
             self._set_mode(self.mode)
             if len(self.views) >= LONG_RUN_STEPS:
                 self.call_after_refresh(self.app.settle_heap)
 
+    def _show_pending(self, pending: tuple) -> None:
+        """The waiting calls, one row each; the list takes the focus when they first appear."""
+        self.pending = pending if self.run is not None and self.run.status == "waiting" else ()
+        calls = self.query_one(PendingCalls)
+        appeared = bool(self.pending) and not calls.has_class("-shown")
+        calls.show(self.pending)
+        calls.set_class(bool(self.pending), "-shown")
+        if appeared:
+            self.call_after_refresh(calls.focus)  # once it is displayed (a hidden widget takes no focus)
+        elif not self.pending and calls.has_focus:
+            self.query_one("#steps", OptionList).focus()
+        self.sync_bindings()
+
     def _redraw(self, *, steps_changed: bool) -> None:
         run = self.run
         assert run is not None
         self._draw_summary()
-        self.query_one("#task", Static).update(Content.assemble(("Task  ", "bold"), printable(run.user_msg)))
+        # A title the run was given goes first; a made one is the task's first line, already there.
+        given = [(run_title(run), "bold $text"), "  ·  "] if is_given(run) else []
+        self.query_one("#task", Static).update(Content.assemble(*given, ("Task  ", "bold"), printable(run.user_msg)))
         self._draw_resume_button()
         self._draw_live()
         self._draw_saved()
@@ -335,7 +355,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("resume", "resume_with_budget"):  # left out of the footer where it does not apply
             return self.run is not None and self.app.resume_blocker(self.run) is None
-        if action in ("approve", "deny", "edit_call"):
+        if action in ("approve", "approve_all", "deny", "edit_call"):
             return True if self._waiting_calls() else False  # shown only while the run waits for a person
         if action == "cancel_run":
             return self.can_cancel()  # not on a run that has ended
@@ -357,6 +377,12 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
                 fork_in_worker(self.app, self.run_id, at, answer[1])
 
         self.app.push_screen(ForkDialog(self.run_id, at), chosen)
+
+    def action_copy_id(self) -> None:
+        copy_run(self.app, self.run_id)
+
+    def action_copy_resume(self) -> None:
+        copy_run(self.app, self.run_id, command=True)
 
     def on_unmount(self) -> None:
         if len(self.views) >= LONG_RUN_STEPS:  # its views and widgets are garbage now: the next screen collects

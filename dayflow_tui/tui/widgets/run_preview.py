@@ -20,6 +20,7 @@ from textual.widgets import Static
 from ...money.cost import format_usd
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
+from ...views.titles import made_title, run_title
 from ...views.runs import PREVIEW_TASKS, Preview, read_preview
 from .. import formatting
 
@@ -39,13 +40,16 @@ class PreviewRead(Message):
 def preview_content(preview: Preview) -> Content:
     run = preview.run
     status = effective_status(run)
-    parts: list = [(printable(run.id), "bold"), "\n",
-                   (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
-                   f"  ·  {printable(getattr(run, 'agent', None) or 'brief')}  ·  {printable(one_line(run.model, 40))}",
-                   "\n",
-                   f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
-                   f"{formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out  ·  "
-                   f"{format_usd(preview.cost, unknown='price unknown')}", "\n"]
+    title = run_title(run, 120)
+    # The title on top when it says more than the task below (given, or made with the answer).
+    parts: list = [(title, "bold"), "\n"] if title != made_title(run.user_msg, None, 120) else []
+    parts += [(printable(run.id), "bold"), "\n",
+              (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
+              f"  ·  {printable(getattr(run, 'agent', None) or 'brief')}  ·  {printable(one_line(run.model, 40))}",
+              "\n",
+              f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
+              f"{formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out  ·  "
+              f"{format_usd(preview.cost, unknown='price unknown')}", "\n"]
     if run.owner_pid is not None:
         if run.owner_pid == os.getpid() and run.owner_host == this_host():
             who = "held by this dashboard"

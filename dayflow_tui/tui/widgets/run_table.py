@@ -26,6 +26,7 @@ from ...safe_text import one_line
 from ...store import RunStatus, effective_status
 from ...views.costs import cost_text
 from ...views.reader import Reader
+from ...views.titles import run_title
 from ...views.run_list import PAGE, RunFilter, RunListModel, RunWindow
 from .. import bindings, formatting
 
@@ -33,13 +34,19 @@ _KNOWN_STATUSES = frozenset(member.value for member in RunStatus)
 
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
-           ("tokens in/out", 17, True), ("cost", 8, True), ("model", 12, False), ("activity", 8, True),
-           ("task / error", 0, False))
+           ("tokens in/out", 17, True), ("cost", 8, True), ("model", 12, False), ("agent", 10, False),
+           ("activity", 8, True), ("title / error", 0, False))
+# Columns a person may hide (``c``): all but the run's id and its title. Hidden unless chosen: agent
+# (the title says "[agent]" for any but the brief).
+OPTIONAL = tuple(title for title, width, _right in COLUMNS if width and title != "id")
+HIDDEN_BY_DEFAULT = frozenset({"agent"})
+# The column each sort orders by (its title gets the arrow).
+SORTED_COLUMN = {"started": "started UTC", "cost": "cost", "steps": "steps", "status": "status", "agent": "agent"}
 
 
 # Columns given up first when the terminal is narrow, so the task or error (the last column) keeps room:
 # at 80 columns a row shows id, status, steps, cost and the task.
-DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out")
+DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out", "agent")  # agent: shown only when chosen
 TASK_ROOM = 16
 
 
@@ -49,21 +56,28 @@ def task_room(width: int) -> int:
     return max(TASK_ROOM, width // 3)
 
 
-def visible_columns(width: int) -> list[int]:
-    """Indexes of the columns that fit ``width`` with at least ``task_room(width)`` left for the task."""
-    shown = list(range(len(COLUMNS)))
+def visible_columns(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> list[int]:
+    """Indexes of the columns shown (not ``hidden``) that fit ``width`` with at least ``task_room(width)``
+    left for the title."""
+    shown = [i for i, (title, _w, _r) in enumerate(COLUMNS) if title not in hidden]
     for title in DROP_ORDER:
         fixed = sum(COLUMNS[i][1] + 1 for i in shown if COLUMNS[i][1])
         if width - fixed >= task_room(width):
             break
-        shown.remove(next(i for i in shown if COLUMNS[i][0] == title))
+        shown = [i for i in shown if COLUMNS[i][0] != title]
     return shown
 
 
-def _cells(values: list[tuple[str, str]], width: int) -> Text:
+def title_width(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> int:
+    """The room the title column has at ``width`` (a made title shares it between task and answer)."""
+    fixed = sum(COLUMNS[i][1] + 1 for i in visible_columns(width, hidden) if COLUMNS[i][1])
+    return max(width - fixed, 1)
+
+
+def _cells(values: list[tuple[str, str]], width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis", end="")
     used = 0
-    shown = visible_columns(width)
+    shown = visible_columns(width, hidden)
     for (title, col_width, right), (value, style) in ((COLUMNS[i], values[i]) for i in shown):
         if col_width == 0:
             col_width = max(width - used - 1, 0)
@@ -79,8 +93,20 @@ def _cells(values: list[tuple[str, str]], width: int) -> Text:
     return line
 
 
-def header_text(width: int) -> Text:
-    return _cells([(title, "") for title, _w, _r in COLUMNS], width)
+def header_text(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT, sort: str = "started",
+                ascending: bool = False) -> Text:
+    """The column titles, the sorted one marked with its direction (▼ largest or newest first)."""
+    arrow = "▲" if ascending else "▼"
+    marked = SORTED_COLUMN.get(sort)
+
+    def label(title: str, col_width: int) -> str:
+        if title != marked:
+            return title
+        short = title.removesuffix(" UTC")
+        return f"{short} {arrow}" if len(short) + 2 <= col_width else f"{arrow}{short[:col_width - 1]}"
+
+    return _cells([(label(title, col_width), "bold" if title == marked else "") for title, col_width, _r in COLUMNS],
+                  width, hidden)
 
 
 class RunTable(ScrollView, can_focus=True):
@@ -136,6 +162,7 @@ class RunTable(ScrollView, can_focus=True):
         self.filter = RunFilter()  # the filter asked for; ``window.filter`` is the one shown
         self.loaded_once = False
         self._want_row = -1  # the furthest row a page read was asked for
+        self.hidden: frozenset = HIDDEN_BY_DEFAULT  # the columns a person chose not to see (``c``)
 
     # -- data (read on the reader thread, applied here) ---------------------
 
@@ -244,7 +271,9 @@ class RunTable(ScrollView, can_focus=True):
         known = status in _KNOWN_STATUSES
         status_style = self.get_component_rich_style(f"run-table--{status}" if known else "run-table--dim")
         dim = self.get_component_rich_style("run-table--dim")
-        note = run.error if run.error and run.status != "done" else run.user_msg
+        note = run_title(run, title_width(width, self.hidden))
+        if run.error and run.status != "done":  # why it stopped, after what it is
+            note = f"{note} — {one_line(run.error, 120)}"
         agent = getattr(run, "agent", None)
         if agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
@@ -266,9 +295,10 @@ class RunTable(ScrollView, can_focus=True):
             (f"{formatting.tokens(run.input_tokens)}/{formatting.tokens(run.output_tokens)}", ""),
             (cost_text(self.costs.get(run.id, NO_CALLS).total), ""),  # as `dayflow runs` writes it
             (one_line(run.model, 40), dim),
+            (one_line(agent or "brief", 40), dim),
             (formatting.ago(run.updated_at), dim),
             (one_line(note or "", 200), dim if run.status == "done" else status_style),
-        ], width)
+        ], width, self.hidden)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset

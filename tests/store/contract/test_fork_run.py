@@ -62,3 +62,21 @@ def test_a_fork_of_a_fork_carries_a_call_its_grandparent_started(store):
     second = store.fork_run(first.id, ForkPlan(at=1), run_id="forkgrand003")
     assert [r.tool_use_id for r in store.approvals(first.id, 1) if r.started_at] == []  # made before the start
     assert [r.tool_use_id for r in store.approvals(second.id, 1) if r.started_at] == ["tu_1"]
+
+
+def test_a_fork_is_titled_as_its_parent_was_at_the_fork_point(store):
+    from .helpers import call, held_run, reply
+
+
+    run, lease = held_run(store, "ftitle000001")
+    store.append_step(run.id, reply(1, tool=call("tu_1", name="set_title", title="First title")), lease=lease)
+    store.append_step(run.id, reply(2), lease=lease)
+    store.append_step(run.id, reply(3, tool=call("tu_3", name="set_title", title="Second title")), lease=lease)
+    store.set_title(run.id, "Second title")
+    assert store.fork_run(run.id, ForkPlan(at=2), run_id="ftitle000002").title == "First title"
+    assert store.fork_run(run.id, ForkPlan(at=3), run_id="ftitle000003").title == "Second title"
+    # Given by the agent at creation and never changed by a call: the fork keeps it.
+    other = store.create_run("task", model="offline", run_id="ftitle000004", agent={"title": "Agent's title"})
+    assert store.fork_run(other.id, ForkPlan(at=0), run_id="ftitle000005").title == "Agent's title"
+    # Set by a call after the fork point only: the fork has none (its title is made from the task).
+    assert store.fork_run(run.id, ForkPlan(at=0), run_id="ftitle000006").title is None
