@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
+from .agent.registry import options_text, recorded_options
 from .agent.transcript import attach_decisions, build_steps
 
 
@@ -40,6 +41,9 @@ def print_transcript(run, steps: list, *, raw: bool = False, console: Console | 
         if budget:
             header.append(f"  budget={budget.replace(' ', '')}")
     console.print(header)
+    options = recorded_options(run)
+    if options:
+        console.print(_safe(f"agent {getattr(run, 'agent', None) or 'brief'}: {options_text(options)}", "dim"))
     if getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))

@@ -26,6 +26,7 @@ from .define import Agent
 from .events import ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult, StepEvent
 from .journal import answer_call, call_id, kept_rows
 from .messages import add_assistant_turn
+from .model_limits import limits_for
 from .registry import agent_for_run
 from .replies import BadReply, normalise, storable_raw, storable_text
 from .request import RequestPreview, build_request, call_model, prepare_messages
@@ -53,6 +54,7 @@ class Driver:
         self.calls = 0
         self.cut_off_call = False  # the next call gets RETRY_MAX_TOKENS (a reply cut off inside a tool call)
         self.retried_cut_off = False
+        self.sent_max_tokens = MAX_TOKENS  # what the last call asked for (its cut-off message says it)
         self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
         self.spend = Spend(replayed=Cost())
 
@@ -102,8 +104,9 @@ class Driver:
             prepared = prepare_messages(messages, run.compact_at)
             body = build_request(run.model, prepared.messages, self.agent)
             if self.cut_off_call:
-                # The last reply was cut off inside a tool call: this call gets room to finish one (once).
-                body["max_tokens"] = RETRY_MAX_TOKENS
+                # The last reply was cut off inside a tool call: this call gets room to finish one (once),
+                # never more than the model allows or the SDK sends without streaming.
+                body["max_tokens"] = limits_for(run.model).sendable(max(body["max_tokens"], RETRY_MAX_TOKENS))
                 self.cut_off_call = False
             reply_cap: int | None = None
             if run.budget_usd is not None:
@@ -114,6 +117,7 @@ class Driver:
                     return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
                 if verdict.max_tokens is not None:
                     reply_cap = body["max_tokens"] = verdict.max_tokens
+            self.sent_max_tokens = body["max_tokens"]
             if self.client is None:
                 self.client = request.make_client(run.model)
             know = getattr(self.client, "know_agent", None)
@@ -125,7 +129,7 @@ class Driver:
             self.calls += 1
             pause_point("api")
             try:
-                raw = call_model(self.client, body)
+                raw = call_model(self.client, body, betas=self.agent.betas)
             except RateLimited as exc:
                 exc.run_id = run.id
                 self._release_backing_off(exc)
@@ -201,7 +205,7 @@ class Driver:
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                           cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
                           raw=storable_raw(raw, dumps(reply.blocks)), **common)
-        final = final_state(step, self.run.id)
+        final = final_state(step, self.run.id, self.sent_max_tokens)
         if final is not None:
             status, text, error = final
             final = (status, storable_text(text), storable_text(error))
@@ -233,7 +237,7 @@ class Driver:
                          cost=self.spend.total, paid=self.spend.paid_or_none, replayed_cost=self.spend.replayed)
 
 
-def final_state(step: StepRecord, run_id: str) -> Final | None:
+def final_state(step: StepRecord, run_id: str, max_tokens: int = MAX_TOKENS) -> Final | None:
     """(status, final text, error) when this response ends the run, else None."""
     text = _text_of(step.assistant) or None
     if step.stop_reason in ENDS_BEFORE_TOOLS:
@@ -245,7 +249,7 @@ def final_state(step: StepRecord, run_id: str) -> Final | None:
     if step.stop_reason in ("end_turn", "stop_sequence"):
         return "done", text, None
     if step.stop_reason == "max_tokens":
-        return "failed", text, f"the response was cut off at max_tokens ({MAX_TOKENS})"
+        return "failed", text, f"the response was cut off at max_tokens ({max_tokens:,})"
     return "failed", text, f"unexpected stop_reason {str(step.stop_reason)[:60]!r}"
 
 
