@@ -170,7 +170,10 @@ def options_text(options: dict[str, Any]) -> str:
     Raw values from a database row: the caller shows it as text, never markup.
     """
     parts = []
-    for name, value in options.items():
+    order = ("max_tokens", "thinking", "tool_choice", "temperature", "top_p", "stop_sequences", "metadata",
+             "server_tools", "betas", "cache_ttl")
+    for name, value in sorted(options.items(), key=lambda item: (order.index(item[0]) if item[0] in order
+                                                                 else len(order), item[0])):
         if name == "thinking" and isinstance(value, dict):
             budget = value.get("budget_tokens")
             parts.append(f"thinking {value.get('type')}" + (f" ({budget})" if budget is not None else ""))

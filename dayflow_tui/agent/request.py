@@ -146,6 +146,7 @@ def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = ()) -> st
     if betas:
         request = {**request, "extra_headers": {"anthropic-beta": ",".join(betas)}}
     try:
+        request = _fit_to_sdk(client, request)
         raw_api = getattr(client.messages, "with_raw_response", None)
         response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
         text = body_text(response)
@@ -158,6 +159,26 @@ def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = ()) -> st
         raise ModelCallFailed(_describe_api_error(exc)) from exc
     backpressure.call_went_through()
     return text
+
+
+def _fit_to_sdk(client: Any, request: dict) -> dict:
+    """``request`` for this client's ``messages.create``: body fields it has no argument for (``temperature``
+    and ``top_p`` in SDKs that dropped them) go in ``extra_body``, so every field is sent as the agent gave it."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(client.messages.create).parameters.values()
+    except (TypeError, ValueError):
+        return request
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return request  # takes anything (the offline model)
+    names = {p.name for p in parameters}
+    extra = {key: value for key, value in request.items() if key not in names}
+    if not extra:
+        return request
+    fitted = {key: value for key, value in request.items() if key in names}
+    fitted["extra_body"] = extra
+    return fitted
 
 
 def _describe_api_error(exc: BaseException) -> str:
