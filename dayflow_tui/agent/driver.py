@@ -32,6 +32,8 @@ from .replies import BadReply, normalise, storable_raw, storable_text
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .tools import ToolContext, cut_off_results
 
+OVERFLOWED = "model_context_window_exceeded"
+
 # (status, final text, error) of a response that ends the run.
 Final = tuple[str, "str | None", "str | None"]
 
@@ -55,6 +57,9 @@ class Driver:
         self.cut_off_call = False  # the next call gets RETRY_MAX_TOKENS (a reply cut off inside a tool call)
         self.retried_cut_off = False
         self.sent_max_tokens = MAX_TOKENS  # what the last call asked for (its cut-off message says it)
+        # After a reply that filled the context window: the next request is compacted below this size.
+        self.compact_below: int | None = None
+        self.overflowed = False  # the last reply filled the context window (twice in a row ends the run)
         self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
         self.spend = Spend(replayed=Cost())
 
@@ -66,7 +71,7 @@ class Driver:
                           stop_reason: str | None) -> list[dict]:
         # A response cut off at max_tokens may hold half-written calls: answer them, run none.
         # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
-        if stop_reason == "max_tokens":
+        if stop_reason in ("max_tokens", OVERFLOWED):
             results = cut_off_results(assistant)
         elif needs_a_person(self.run, assistant, self.agent):
             results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
@@ -101,7 +106,8 @@ class Driver:
             limit = limit_reached(run, n, spent_in, spent_out)
             if limit is not None:
                 return self._stop("budget", limit, n - 1, spent_in, spent_out, replayed)
-            prepared = prepare_messages(messages, run.compact_at)
+            prepared = prepare_messages(messages, self.compact_below or run.compact_at)
+            self.compact_below = None
             body = build_request(run.model, prepared.messages, self.agent)
             if self.cut_off_call:
                 # The last reply was cut off inside a tool call: this call gets room to finish one (once),
@@ -163,6 +169,13 @@ class Driver:
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,
                                 self.spend.total))
+            if step.stop_reason == OVERFLOWED:
+                # The conversation filled the context window and compaction is on: the next request is
+                # compacted to at most half of this one, and the model goes on from there.
+                self.overflowed = True
+                self.compact_below = max(min(run.compact_at or prepared.est_after, prepared.est_after // 2), 1)
+            else:
+                self.overflowed = False
             if step.tool_uses and step.stop_reason == "max_tokens" and not self.retried_cut_off:
                 self.cut_off_call = self.retried_cut_off = True
             if step.tool_uses:
@@ -205,7 +218,11 @@ class Driver:
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                           cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
                           raw=storable_raw(raw, dumps(reply.blocks)), **common)
-        final = final_state(step, self.run.id, self.sent_max_tokens)
+        final = final_state(step, self.run.id, self.sent_max_tokens,
+                            compacting=bool(self.run.compact_at) and not self.overflowed)
+        if final is not None and step.stop_reason == OVERFLOWED and self.overflowed:
+            final = (final[0], final[1], "the conversation filled the model's context window again after it was "
+                     f"compacted (stop_reason={OVERFLOWED}); fork it from an earlier step with a lower --compact-at")
         if final is not None:
             status, text, error = final
             final = (status, storable_text(text), storable_text(error))
@@ -237,9 +254,16 @@ class Driver:
                          cost=self.spend.total, paid=self.spend.paid_or_none, replayed_cost=self.spend.replayed)
 
 
-def final_state(step: StepRecord, run_id: str, max_tokens: int = MAX_TOKENS) -> Final | None:
-    """(status, final text, error) when this response ends the run, else None."""
+def final_state(step: StepRecord, run_id: str, max_tokens: int = MAX_TOKENS, *,
+                compacting: bool = False) -> Final | None:
+    """(status, final text, error) when this response ends the run, else None.
+
+    ``compacting``: the run compacts its requests, so a reply that filled the context window goes on
+    (compacted) instead of ending the run.
+    """
     text = _text_of(step.assistant) or None
+    if step.stop_reason == OVERFLOWED and compacting:
+        return None
     if step.stop_reason in ENDS_BEFORE_TOOLS:
         # Ends the run before any tool runs, whatever calls the reply holds: a refusal, or a reply cut off
         # because the conversation filled the model's context window (its calls may be half written).
