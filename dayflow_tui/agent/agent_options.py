@@ -51,7 +51,8 @@ def check_options(agent: str, tool_names: list[str], *, limits: Any, max_tokens:
             _fail(agent, "max_tokens", f"{max_tokens:,} is more than its model allows ({model_max:,})")
     thinking_on = _check_thinking(agent, thinking, max_tokens)
     if thinking_on and limits is not None and limits.thinking is None:
-        _fail(agent, "thinking", "is on, but its model has no thinking (see the models table: dayflow prices)")
+        _fail(agent, "thinking", "is on, but its model has no thinking (as Dayflow's model table has it; "
+              "[models.\"ID\"] thinking = \"extended\" in the settings file corrects it)")
     if thinking_on and thinking["type"] == "enabled" and max_tokens is None and limits is not None \
             and thinking["budget_tokens"] >= limits.sendable():
         _fail(agent, "thinking", f"budget_tokens must be less than the max_tokens sent ({limits.sendable():,})")

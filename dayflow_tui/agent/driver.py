@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .. import clock
 from ..config.errors import ModelCallFailed, RateLimited, RunBusy
 from ..money import estimate
-from ..money.cost import Cost, Usage, price_call
+from ..money.cost import Cost, price_call, step_usage
 from ..redaction import redact_and_cut
 from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
 from ..testhook import pause_point
@@ -147,8 +147,7 @@ class Driver:
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
-            cost = price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
-                                                             step.cache_read_input_tokens, tokens_out))
+            cost = price_call(step.model or run.model, step_usage(step))
             self.spend.add(cost)
             self.spend.largest_output = max(self.spend.largest_output, tokens_out)
             self.spend.previous = estimate.PreviousCall(prepared.messages, prepared.est_after, tokens_in, tokens_out,
@@ -217,6 +216,8 @@ class Driver:
         step = StepRecord(stop_reason=reply.stop_reason, assistant=reply.blocks, input_tokens=tokens_in,
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                           cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
+                          cache_write_1h_tokens=reply.cache_write_1h, web_search_requests=reply.web_searches,
+                          max_tokens=self.sent_max_tokens,
                           raw=storable_raw(raw, dumps(reply.blocks)), **common)
         final = final_state(step, self.run.id, self.sent_max_tokens,
                             compacting=bool(self.run.compact_at) and not self.overflowed)
