@@ -102,7 +102,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
     def with_hour(found: dict) -> dict:
         # The library may lack the 1-hour write rate: Anthropic bills it at twice the input rate.
-        if "cache_write_1h" not in found and "input" in found:
+        if "cache_write_1h" not in found and "cache_write" in found and "input" in found:
             found = {**found, "cache_write_1h": pricing.Rate(found["input"].base * pricing.CACHE_WRITE_1H_FACTOR)}
         return found
 
