@@ -42,6 +42,7 @@ ITEMS = {
     "13": ("bench.bench_search", "search"),
     "14": ("bench.bench_scale", "run list at 1M runs"),
     "15": ("bench.bench_live", "a live 5,000-step run on screen"),
+    "16": ("bench.bench_caching", "prompt caching dollars"),
 }
 
 

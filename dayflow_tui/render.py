@@ -16,6 +16,7 @@ from rich.text import Text
 
 from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
+from .agent.registry import options_text, recorded_options
 from .agent.transcript import attach_decisions, build_steps
 
 
@@ -67,6 +68,9 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
         # Asked of the process that drives it: it ends the run at its next commit or heartbeat.
         console.print(_safe(f"cancel asked {run.cancel_at[:19].replace('T', ' ')} by {run.cancelled_by}"
                             + (f": {run.cancel_reason}" if run.cancel_reason else ""), "bold yellow"))
+    options = recorded_options(run)
+    if options:
+        console.print(_safe(f"agent {getattr(run, 'agent', None) or 'brief'}: {options_text(options)}", "dim"))
     if getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))

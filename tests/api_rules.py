@@ -103,6 +103,27 @@ def problems(messages: Any) -> list[str]:
 def cache_breakpoints(request: dict) -> int:
     """Blocks with ``cache_control`` plus the top-level one: the API allows four."""
     count = 1 if request.get("cache_control") else 0
+    count += sum(1 for b in _blocks(request.get("system") or []) if "cache_control" in b)
+    count += sum(1 for t in request.get("tools") or [] if "cache_control" in t)
     for message in request.get("messages", []):
         count += sum(1 for b in _blocks(message.get("content") or []) if "cache_control" in b)
     return count
+
+
+def without_breakpoints(messages: list[dict]) -> list[dict]:
+    """The history a request was built from: its last message without the cache breakpoint the request adds.
+
+    Dayflow puts ``cache_control`` on the last block of the last message (a string task becomes one text
+    block to carry it); everything before it is the stored history byte for byte.
+    """
+    if not messages:
+        return messages
+    last = messages[-1]
+    content = last.get("content")
+    if not isinstance(content, list) or not any(isinstance(b, dict) and "cache_control" in b for b in content):
+        return messages
+    blocks = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b for b in content]
+    if len(blocks) == 1 and blocks[0].get("type") == "text" and set(blocks[0]) == {"type", "text"} \
+            and last.get("role") == "user" and len(messages) == 1:
+        blocks = blocks[0]["text"]  # the task, sent as one block to carry the breakpoint, is stored as a string
+    return messages[:-1] + [{**last, "content": blocks}]

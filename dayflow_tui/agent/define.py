@@ -42,6 +42,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from .agent_options import check_options
 from .tool_faults import abandon_on_store_fault, tool_error_message
 from .tools import ToolContext, ToolInputError, validate
 
@@ -233,6 +234,17 @@ class Agent:
     # Each run's title: a string, where ``{task}`` stands for the first line of the run's task
     # ("Triage: {task}"). None: the title shown is made from the task and the answer (views.titles).
     title: str | None = None
+    # Request options in the Messages API's own shapes (agent_options.py says what each takes).
+    max_tokens: int | None = None  # None: the model's longest reply (model_limits.py)
+    thinking: dict | None = field(default=None, hash=False)
+    tool_choice: dict | None = field(default=None, hash=False)
+    temperature: float | None = None
+    top_p: float | None = None
+    stop_sequences: tuple[str, ...] | None = None
+    metadata: dict | None = field(default=None, hash=False)
+    server_tools: tuple[dict, ...] = field(default=(), hash=False)
+    betas: tuple[str, ...] = ()
+    cache_ttl: str = "5m"
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -247,6 +259,18 @@ class Agent:
         if len(set(names)) != len(names):
             raise ToolDefinitionError(f"agent {self.name}: two tools share a name")
         object.__setattr__(self, "tools", tools)
+        from .model_limits import limits_for
+
+        limits = limits_for(self.model) if self.model else None
+        check_options(self.name, names, limits=limits if limits is not None and limits.known else None,
+                      max_tokens=self.max_tokens, thinking=self.thinking, tool_choice=self.tool_choice,
+                      temperature=self.temperature, top_p=self.top_p, stop_sequences=self.stop_sequences,
+                      metadata=self.metadata, server_tools=self.server_tools, betas=self.betas,
+                      cache_ttl=self.cache_ttl)
+        for name in ("stop_sequences", "server_tools", "betas"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
 
     def title_for(self, task: str) -> str | None:
         """The title a new run of this agent is given for ``task`` (None: the agent sets none)."""
@@ -257,7 +281,32 @@ class Agent:
 
     @property
     def schemas(self) -> list[dict]:
-        return [t.to_api() for t in self.tools]
+        """The tools as the API is sent them: the agent's own, then its server tools as given."""
+        return [t.to_api() for t in self.tools] + [dict(item) for item in self.server_tools]
+
+    def request_options(self) -> dict:
+        """The body fields this agent sets beyond model, messages, system and tools, as given (none: {})."""
+        options: dict[str, Any] = {}
+        for name in ("thinking", "tool_choice", "temperature", "top_p", "metadata"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        if self.stop_sequences is not None:
+            options["stop_sequences"] = list(self.stop_sequences)
+        return options
+
+    def options(self) -> dict:
+        """Every option set away from its default (for the fingerprint, ``dayflow show`` and the preview)."""
+        shown: dict[str, Any] = dict(self.request_options())
+        if self.max_tokens is not None:
+            shown["max_tokens"] = self.max_tokens
+        if self.server_tools:
+            shown["server_tools"] = [dict(item) for item in self.server_tools]
+        if self.betas:
+            shown["betas"] = list(self.betas)
+        if self.cache_ttl != "5m":
+            shown["cache_ttl"] = self.cache_ttl
+        return shown
 
     def tool_named(self, name: Any) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -277,13 +326,24 @@ class Agent:
 
         A run recorded then is checked for what was recorded (prompt, schemas, model) and nothing more.
         """
-        return _digest({"system": self.system, "tools": self.schemas, "model": self.model})
+        shape = {"system": self.system, "tools": self.schemas, "model": self.model}
+        if self.options():  # options did not exist then: a run recorded then cannot have had them
+            shape["options"] = self.options()
+        return _digest(shape)
 
     def describe(self) -> dict:
-        """The agent's shape as the run records it (``agent_shape``): what ``what_changed`` compares."""
-        return {"system": self.system, "model": self.model,
-                "tools": {t.name: t.input_schema for t in self.tools},
-                "tool_rules": {t.name: t.rules() for t in self.tools}}
+        """The agent's shape as the run records it (``agent_shape``): what ``what_changed`` compares.
+
+        The request options join it only when one is set, so an agent without any keeps the fingerprint
+        its runs recorded before options existed.
+        """
+        shape = {"system": self.system, "model": self.model,
+                 "tools": {t.name: t.input_schema for t in self.tools},
+                 "tool_rules": {t.name: t.rules() for t in self.tools}}
+        options = self.options()
+        if options:
+            shape["options"] = options
+        return shape
 
 
 def _digest(shape: dict) -> str:

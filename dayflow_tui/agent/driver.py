@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .. import clock
 from ..config.errors import ModelCallFailed, RateLimited, RunBusy
 from ..money import estimate
-from ..money.cost import Cost, Usage, price_call
+from ..money.cost import Cost, price_call, step_usage
 from ..redaction import redact_and_cut
 from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
 from ..testhook import pause_point
@@ -26,11 +26,14 @@ from .define import Agent
 from .events import ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult, StepEvent
 from .journal import answer_call, call_id, kept_rows
 from .messages import add_assistant_turn
+from .model_limits import limits_for
 from .registry import agent_for_run
 from .replies import BadReply, normalise, storable_raw, storable_text
 from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .tools import ToolContext, cut_off_results
+
+OVERFLOWED = "model_context_window_exceeded"
 
 # (status, final text, error) of a response that ends the run.
 Final = tuple[str, "str | None", "str | None"]
@@ -62,6 +65,10 @@ class Driver:
         self.calls = 0
         self.cut_off_call = False  # the next call gets RETRY_MAX_TOKENS (a reply cut off inside a tool call)
         self.retried_cut_off = False
+        self.sent_max_tokens = MAX_TOKENS  # what the last call asked for (its cut-off message says it)
+        # After a reply that filled the context window: the next request is compacted below this size.
+        self.compact_below: int | None = None
+        self.overflowed = False  # the last reply filled the context window (twice in a row ends the run)
         self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
         self.spend = Spend(replayed=Cost())
 
@@ -80,7 +87,7 @@ class Driver:
         self.check_cancel()
         # A response cut off at max_tokens may hold half-written calls: answer them, run none.
         # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
-        if stop_reason == "max_tokens":
+        if stop_reason in ("max_tokens", OVERFLOWED):
             results = cut_off_results(assistant)
         elif needs_a_person(self.run, assistant, self.agent):
             results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
@@ -124,11 +131,13 @@ class Driver:
             limit = limit_reached(run, n, spent_in, spent_out)
             if limit is not None:
                 return self._stop("budget", limit, n - 1, spent_in, spent_out, replayed)
-            prepared = prepare_messages(messages, run.compact_at, sizes)
+            prepared = prepare_messages(messages, self.compact_below or run.compact_at, sizes)
+            self.compact_below = None
             body = build_request(run.model, prepared.messages, self.agent)
             if self.cut_off_call:
-                # The last reply was cut off inside a tool call: this call gets room to finish one (once).
-                body["max_tokens"] = RETRY_MAX_TOKENS
+                # The last reply was cut off inside a tool call: this call gets room to finish one (once),
+                # never more than the model allows or the SDK sends without streaming.
+                body["max_tokens"] = limits_for(run.model).sendable(max(body["max_tokens"], RETRY_MAX_TOKENS))
                 self.cut_off_call = False
             reply_cap: int | None = None
             if run.budget_usd is not None:
@@ -139,6 +148,7 @@ class Driver:
                     return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
                 if verdict.max_tokens is not None:
                     reply_cap = body["max_tokens"] = verdict.max_tokens
+            self.sent_max_tokens = body["max_tokens"]
             if self.client is None:
                 self.client = request.make_client(run.model)
             know = getattr(self.client, "know_agent", None)
@@ -150,7 +160,7 @@ class Driver:
             self.calls += 1
             pause_point("api")
             try:
-                raw = call_model(self.client, body)
+                raw = call_model(self.client, body, betas=self.agent.betas)
             except RateLimited as exc:
                 self._tell_call(n, started, "rate_limited", exc.status)
                 exc.run_id = run.id
@@ -165,8 +175,7 @@ class Driver:
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
-            cost = price_call(step.model or run.model, Usage(tokens_in, step.cache_creation_input_tokens,
-                                                             step.cache_read_input_tokens, tokens_out))
+            cost = price_call(step.model or run.model, step_usage(step))
             self.spend.add(cost)
             self.spend.largest_output = max(self.spend.largest_output, tokens_out)
             self.spend.previous = estimate.PreviousCall(prepared.messages, prepared.est_after, tokens_in, tokens_out,
@@ -187,6 +196,13 @@ class Driver:
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,
                                 self.spend.total))
+            if step.stop_reason == OVERFLOWED:
+                # The conversation filled the context window and compaction is on: the next request is
+                # compacted to at most half of this one, and the model goes on from there.
+                self.overflowed = True
+                self.compact_below = max(min(run.compact_at or prepared.est_after, prepared.est_after // 2), 1)
+            else:
+                self.overflowed = False
             if step.tool_uses and step.stop_reason == "max_tokens" and not self.retried_cut_off:
                 self.cut_off_call = self.retried_cut_off = True
             if step.tool_uses:
@@ -232,8 +248,14 @@ class Driver:
         step = StepRecord(stop_reason=reply.stop_reason, assistant=reply.blocks, input_tokens=tokens_in,
                           output_tokens=tokens_out, cache_creation_input_tokens=cache_write,
                           cache_read_input_tokens=cache_read, model=reply.model or self.run.model,
+                          cache_write_1h_tokens=reply.cache_write_1h, web_search_requests=reply.web_searches,
+                          max_tokens=self.sent_max_tokens,
                           raw=storable_raw(raw, dumps(reply.blocks)), **common)
-        final = final_state(step, self.run.id)
+        final = final_state(step, self.run.id, self.sent_max_tokens,
+                            compacting=bool(self.run.compact_at) and not self.overflowed)
+        if final is not None and step.stop_reason == OVERFLOWED and self.overflowed:
+            final = (final[0], final[1], "the conversation filled the model's context window again after it was "
+                     f"compacted (stop_reason={OVERFLOWED}); fork it from an earlier step with a lower --compact-at")
         if final is not None:
             status, text, error = final
             final = (status, storable_text(text), storable_text(error))
@@ -262,9 +284,7 @@ class Driver:
         if not telemetry.listening():
             return
         try:
-            usage = Usage(step.input_tokens, step.cache_creation_input_tokens, step.cache_read_input_tokens,
-                          step.output_tokens)
-            cost = price_call(step.model or self.run.model, usage)
+            cost = price_call(step.model or self.run.model, step_usage(step))
         except Exception:  # noqa: BLE001 - a price that cannot be worked out is not counted; the step is committed
             cost = None
         telemetry.note("step.committed", run_id=self.run.id, step=step.n, model=step.model or self.run.model,
@@ -284,9 +304,16 @@ class Driver:
                          cost=self.spend.total, paid=self.spend.paid_or_none, replayed_cost=self.spend.replayed)
 
 
-def final_state(step: StepRecord, run_id: str) -> Final | None:
-    """(status, final text, error) when this response ends the run, else None."""
+def final_state(step: StepRecord, run_id: str, max_tokens: int = MAX_TOKENS, *,
+                compacting: bool = False) -> Final | None:
+    """(status, final text, error) when this response ends the run, else None.
+
+    ``compacting``: the run compacts its requests, so a reply that filled the context window goes on
+    (compacted) instead of ending the run.
+    """
     text = _text_of(step.assistant) or None
+    if step.stop_reason == OVERFLOWED and compacting:
+        return None
     if step.stop_reason in ENDS_BEFORE_TOOLS:
         # Ends the run before any tool runs, whatever calls the reply holds: a refusal, or a reply cut off
         # because the conversation filled the model's context window (its calls may be half written).
@@ -296,7 +323,7 @@ def final_state(step: StepRecord, run_id: str) -> Final | None:
     if step.stop_reason in ("end_turn", "stop_sequence"):
         return "done", text, None
     if step.stop_reason == "max_tokens":
-        return "failed", text, f"the response was cut off at max_tokens ({MAX_TOKENS})"
+        return "failed", text, f"the response was cut off at max_tokens ({max_tokens:,})"
     return "failed", text, f"unexpected stop_reason {str(step.stop_reason)[:60]!r}"
 
 

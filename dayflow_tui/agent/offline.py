@@ -31,8 +31,10 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
+from .cache_points import has_message_breakpoint
 from .compaction import summarised_calls
 from .offline_message import OfflineMessage
+from ..money.estimate import cache_ttl
 from ..money.tokens import estimate_tokens
 
 _ASKS = re.compile(r"\b(could you|can you|please|action required)\b", re.I)
@@ -100,13 +102,9 @@ class _Messages:
             content, stop_reason = _respond(messages)
         else:  # a user's agent: read once with every read-only tool, then answer
             content, stop_reason = _respond_generic(messages, tools or [], self._client.read_only)
-        request = {"system": system, "tools": tools, "messages": messages}
-        total = estimate_tokens(request)
-        # A real prompt cache re-reads the prefix the previous call wrote (the
-        # history up to its last turn) and writes the rest.
-        previous = {"system": system, "tools": tools, "messages": messages[:-2]} if len(messages) > 2 else None
-        cache_read = min(estimate_tokens(previous), total) if previous is not None and _.get("cache_control") else 0
-        cache_write = total - cache_read if _.get("cache_control") else 0
+        request = {"system": system, "tools": tools, "messages": messages, "cache_control": _.get("cache_control")}
+        total = estimate_tokens({"system": system, "tools": tools, "messages": messages})
+        cache_read, cache_write = _cache_usage(request, total)
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         return OfflineMessage.model_validate({
             "id": f"msg_offline_{digest[:24]}",
@@ -121,6 +119,26 @@ class _Messages:
                       "cache_read_input_tokens": cache_read,
                       "output_tokens": estimate_tokens(content)},
         })
+
+
+def _cache_usage(request: dict, total: int) -> tuple[int, int]:
+    """(read, written) as a real prompt cache reports them for this request's breakpoints.
+
+    With a breakpoint on the last message, the previous call (two messages ago: a reply and its results)
+    wrote everything up to its own last message, so that prefix is read and the rest written. With only
+    the system prompt's breakpoint, the tools and system prompt are read after the first call and nothing
+    of the history is cached. With no breakpoint, nothing is read or written.
+    """
+    if cache_ttl(request) is None:
+        return 0, 0
+    messages = request["messages"]
+    if has_message_breakpoint(request):
+        previous = {"system": request["system"], "tools": request["tools"], "messages": messages[:-2]}
+        read = min(estimate_tokens(previous), total) if len(messages) > 2 else 0
+        return read, total - read
+    prefix = estimate_tokens({"system": request["system"], "tools": request["tools"], "messages": []})
+    first = sum(1 for m in messages if m.get("role") == "assistant") == 0
+    return (0, prefix) if first else (min(prefix, total), 0)
 
 
 class OfflineClient:
@@ -186,14 +204,23 @@ def _respond_generic(messages: list[dict], tools: list[dict], read_only: frozens
     if step == 1 and safe:
         calls = [_tool_use(step, i, t["name"], _example_args(t.get("input_schema", {}))) for i, t in enumerate(safe)]
         return [{"type": "text", "text": f"Reading with {len(calls)} tool(s) first."}] + calls, "tool_use"
-    task = next((m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)),
-                "")
+    task = next((_plain_text(m.get("content")) for m in messages if m.get("role") == "user"
+                 and _plain_text(m.get("content"))), "")
     lines = [f"Offline answer (no ANTHROPIC_API_KEY) to: {str(task).splitlines()[0][:200] if task else 'the task'}"]
     for name, text in answered:
         lines.append(f"- {name}: {' '.join(text.split())[:300]}")
     if not answered:
         lines.append("- no tool was called (the offline model calls only read-only tools)")
     return [{"type": "text", "text": "\n".join(lines)}], "end_turn"
+
+
+def _plain_text(content: Any) -> str:
+    """A user message's words: its string, or its text blocks (the last message carries a cache breakpoint)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
 
 
 def _tool_use(step: int, index: int, name: str, args: dict) -> dict:

@@ -103,6 +103,9 @@ def what_changed(before: dict, after: dict) -> list[str]:
     changes += [f"tool {name} added" for name in sorted(set(new) - set(old))]
     changes += [f"tool {name} removed" for name in sorted(set(old) - set(new))]
     changes += [f"tool {name}'s arguments" for name in sorted(set(old) & set(new)) if old[name] != new[name]]
+    old_options, new_options = before.get("options") or {}, after.get("options") or {}
+    changes += [f"option {name}" for name in sorted(set(old_options) | set(new_options))
+                if old_options.get(name) != new_options.get(name)]
     old_rules, new_rules = before.get("tool_rules"), after.get("tool_rules", {})
     if isinstance(old_rules, dict):
         for name in sorted(set(old_rules) & set(new_rules)):
@@ -149,3 +152,40 @@ def agent_for_run(run: Any, *, allow_changed: bool = False) -> tuple[Agent, dict
         raise AgentChanged(f"run {run.id}: agent {agent.name} changed since the run started ({', '.join(changes)}); "
                            f"resume with --allow-changed-agent to go on with the new definition")
     return agent, agent_columns(agent, getattr(run, "agent_ref", None))
+
+
+def recorded_options(run: Any) -> dict[str, Any]:
+    """The request options the run's agent had when the run recorded it (``Agent.options``; none: {})."""
+    try:
+        shape = json.loads(getattr(run, "agent_shape", None) or "{}")
+    except (TypeError, ValueError):
+        return {}
+    options = shape.get("options") if isinstance(shape, dict) else None
+    return options if isinstance(options, dict) else {}
+
+
+def options_text(options: dict[str, Any]) -> str:
+    """One line of an agent's options: ``max_tokens 20000 · thinking enabled (8000) · web_search (max 3)``.
+
+    Raw values from a database row: the caller shows it as text, never markup.
+    """
+    parts = []
+    order = ("max_tokens", "thinking", "tool_choice", "temperature", "top_p", "stop_sequences", "metadata",
+             "server_tools", "betas", "cache_ttl")
+    for name, value in sorted(options.items(), key=lambda item: (order.index(item[0]) if item[0] in order
+                                                                 else len(order), item[0])):
+        if name == "thinking" and isinstance(value, dict):
+            budget = value.get("budget_tokens")
+            parts.append(f"thinking {value.get('type')}" + (f" ({budget})" if budget is not None else ""))
+        elif name == "server_tools" and isinstance(value, list):
+            parts += [f"{t.get('name')}" + (f" (max {t['max_uses']})" if t.get("max_uses") else "")
+                      for t in value if isinstance(t, dict)]
+        elif name == "tool_choice" and isinstance(value, dict):
+            parts.append(f"tool_choice {value.get('type')}" + (f" {value['name']}" if value.get("name") else ""))
+        elif isinstance(value, list):
+            parts.append(f"{name} {', '.join(str(v) for v in value)}")
+        elif isinstance(value, dict):
+            parts.append(f"{name} {json.dumps(value, ensure_ascii=False, sort_keys=True)}")
+        else:
+            parts.append(f"{name} {value}")
+    return " · ".join(parts)

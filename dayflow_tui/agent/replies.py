@@ -39,6 +39,9 @@ class Reply:
     stop_reason: str | None
     model: str | None
     usage: tuple[int, int, int, int]  # whole input (uncached + cache writes + reads), output, cache write, cache read
+    # Billed apart: the cache writes kept for an hour (of cache write), and the web searches made.
+    cache_write_1h: int = 0
+    web_searches: int = 0
 
 
 def body_text(response: Any) -> str:
@@ -158,7 +161,14 @@ def normalise(raw: str) -> Reply:
     uncached, output = _count(usage, "input_tokens"), _count(usage, "output_tokens")
     cache_write = _count(usage, "cache_creation_input_tokens")
     cache_read = _count(usage, "cache_read_input_tokens")
+    # The breakdowns (https://platform.claude.com/docs/en/build-with-claude/prompt-caching, "Tracking cache
+    # performance"; the web search tool's "Usage"): absent from older replies, 0 then.
+    breakdown = usage.get("cache_creation")
+    hour = _count(breakdown, "ephemeral_1h_input_tokens") if isinstance(breakdown, dict) else 0
+    servers = usage.get("server_tool_use")
+    searches = _count(servers, "web_search_requests") if isinstance(servers, dict) else 0
     # input_tokens means the whole input of the call: uncached + cache writes + cache reads.
     return Reply(raw=raw, blocks=blocks, stop_reason=mend_surrogates(stop_reason),
                  model=mend_surrogates(model), usage=(uncached + cache_write + cache_read, output, cache_write,
-                                                      cache_read))
+                                                      cache_read), cache_write_1h=min(hour, cache_write),
+                 web_searches=searches)

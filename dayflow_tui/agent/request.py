@@ -18,12 +18,12 @@ from ..config.settings import OFFLINE_MODEL
 from ..money.tokens import estimate_tokens
 from ..redaction import redact_and_cut
 from ..store import Store
-from . import backpressure, brief, sdk_client
+from . import backpressure, brief, cache_points, sdk_client
 from .compaction import compact
 from .define import Agent
 from .history_size import HistorySizes
-from .events import MAX_TOKENS
 from .messages import rebuild_messages
+from .model_limits import limits_for
 from .registry import load_agent
 from .replies import body_text, mend_surrogates
 
@@ -72,15 +72,22 @@ def replay_request(store: Store, run_id: str) -> dict:
 
 
 def build_request(model: str, messages: list[dict], agent: Agent | None = None) -> dict:
-    """The Messages API request for ``messages``, with ``agent``'s system prompt and tools (default: the brief).
+    """The Messages API request for ``messages``, with ``agent``'s system prompt, tools and options
+    (default: the brief).
 
-    Top-level ``cache_control`` asks for automatic prompt caching: the
-    history is re-sent byte for byte as stored, so each step (and a resume
-    within the cache lifetime) re-reads it at the cache price.
+    ``max_tokens`` is the agent's, else the model's longest reply, within what the SDK sends without
+    streaming (``model_limits``). Cache breakpoints (``cache_points``) go after the system prompt and on
+    the last message: the history is re-sent byte for byte as stored, so each step (and a resume within
+    the cache lifetime) re-reads it at the cache price.
     """
     agent = agent or brief.AGENT
-    return {"model": model, "max_tokens": MAX_TOKENS, "system": agent.system, "tools": agent.schemas,
-            "messages": messages, "cache_control": {"type": "ephemeral"}}
+    ttl = agent.cache_ttl
+    system = cache_points.system_with_breakpoint(agent.system, ttl)
+    tools = agent.schemas if system else cache_points.tools_with_breakpoint(agent.schemas, ttl)
+    body = {"model": model, "max_tokens": limits_for(model).sendable(agent.max_tokens), "system": system,
+            "tools": tools, "messages": cache_points.messages_with_breakpoint(messages, ttl)}
+    body.update(agent.request_options())
+    return body
 
 
 def make_client(model: str) -> Any:
@@ -133,9 +140,15 @@ def wire_blocks(response: Any) -> list[dict]:
     return mend_surrogates(blocks)
 
 
-def call_model(client: Any, request: dict) -> str:
-    """One paid call; returns the reply body as received (the SDK's raw HTTP body where it has one)."""
+def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = ()) -> str:
+    """One paid call; returns the reply body as received (the SDK's raw HTTP body where it has one).
+
+    ``betas`` (the agent's) go in the ``anthropic-beta`` header, as the SDK's ``betas=`` sends them.
+    """
+    if betas:
+        request = {**request, "extra_headers": {"anthropic-beta": ",".join(betas)}}
     try:
+        request = _fit_to_sdk(client, request)
         raw_api = getattr(client.messages, "with_raw_response", None)
         response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
         text = body_text(response)
@@ -148,6 +161,26 @@ def call_model(client: Any, request: dict) -> str:
         raise ModelCallFailed(_describe_api_error(exc)) from exc
     backpressure.call_went_through()
     return text
+
+
+def _fit_to_sdk(client: Any, request: dict) -> dict:
+    """``request`` for this client's ``messages.create``: body fields it has no argument for (``temperature``
+    and ``top_p`` in SDKs that dropped them) go in ``extra_body``, so every field is sent as the agent gave it."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(client.messages.create).parameters.values()
+    except (TypeError, ValueError):
+        return request
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return request  # takes anything (the offline model)
+    names = {p.name for p in parameters}
+    extra = {key: value for key, value in request.items() if key not in names}
+    if not extra:
+        return request
+    fitted = {key: value for key, value in request.items() if key in names}
+    fitted["extra_body"] = extra
+    return fitted
 
 
 def _describe_api_error(exc: BaseException) -> str:

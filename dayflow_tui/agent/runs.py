@@ -282,7 +282,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
             last = steps[-1]
             assistant = step_blocks(last, "assistant") or []
             # A final reply that a person answered (a fork's note after it) is not the end any more.
-            final = (final_state(_record_of(last, assistant), run_id)
+            final = (final_state(_record_of(last, assistant), run_id, compacting=bool(run.compact_at))
                      if assistant and last.tool_results is None else None)
             if final is not None:
                 # The final response is committed; only the run's end was lost.

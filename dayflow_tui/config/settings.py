@@ -81,6 +81,9 @@ class Settings:
     # Prices per million tokens that win over the price library: {model: {"input": $, "output": $, ...}}
     # (negotiated rates, or models the library does not know). See money/rates.py.
     prices: dict[str, dict[str, Decimal]] = field(default_factory=dict, hash=False)
+    # Model limits that win over the shipped table (agent/model_limits.py): {model: {"max_output": N, ...}}
+    # (a model the table does not know, or a limit Anthropic changed).
+    models: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     # The dollar budget of runs started without --budget-usd (None: no dollar budget).
     budget_usd: Decimal | None = None
     # The dashboard asks before a resume whose next call is predicted to cost more than this.
@@ -181,6 +184,46 @@ def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
     return table
 
 
+MODEL_FIELDS = {"max_output": "tokens", "context_window": "tokens", "thinking": "thinking", "cache_1h": "flag",
+                "context_1m": "flag"}
+
+
+def _model_table(raw: Any) -> dict[str, dict[str, Any]]:
+    """``[models."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_MODELS``): a model's own limits."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise _Problem(f" must be a JSON object of models ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise _Problem(' must be tables: [models."MODEL"] max_output = 64000')
+    table: dict[str, dict[str, Any]] = {}
+    for model, limits in raw.items():
+        name = str(model).strip()
+        if not name or len(name) > 200:
+            raise _Problem(f": {str(model)[:40]!r} is not a model name")
+        if not isinstance(limits, dict):
+            raise _Problem(f'."{name}" must be a table (max_output = ..., context_window = ...)')
+        parsed: dict[str, Any] = {}
+        for key, value in limits.items():
+            kind = MODEL_FIELDS.get(key)
+            if kind is None:
+                raise _Problem(f'."{name}": unknown limit {str(key)[:40]!r} (known: {", ".join(MODEL_FIELDS)})')
+            try:
+                if kind == "tokens":
+                    parsed[key] = values.whole(value, least=1, most=100_000_000)
+                elif kind == "flag":
+                    parsed[key] = value if isinstance(value, bool) else values.flag(value)
+                elif value in ("extended", "adaptive", "none", False):
+                    parsed[key] = None if value in ("none", False) else value
+                else:
+                    raise values.BadValue("must be extended, adaptive or none")
+            except values.BadValue as exc:
+                raise _Problem(f'."{name}" {key} {exc}') from None
+        table[name] = parsed
+    return table
+
+
 # setting: (environment variable, parser, what it must be). The parsers are config.values', which the
 # command line's flags use too; each raises ValueError (values.BadValue) with the reason.
 _FIELDS: dict[str, tuple[str, Any, str]] = {
@@ -208,6 +251,8 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "debug": ("DAYFLOW_DEBUG", values.flag, "1 or 0"),
     "prices": ("DAYFLOW_PRICES", _price_table,
                'tables [prices."MODEL"] of input, output, cache_write, cache_read (dollars per million tokens)'),
+    "models": ("DAYFLOW_MODELS", _model_table,
+               'tables [models."MODEL"] of max_output, context_window, thinking, cache_1h, context_1m'),
     "budget_usd": ("DAYFLOW_BUDGET_USD", values.dollars_or_off, "an amount of dollars or 'off'"),
     "resume_confirm_usd": ("DAYFLOW_RESUME_CONFIRM_USD", values.dollars, "an amount of dollars"),
     "require_approval": ("DAYFLOW_REQUIRE_APPROVAL", values.tool_names,
@@ -231,7 +276,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                               "a whole number of seconds (0: the OS default)"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
-_TABLES = {"prices"}
+_TABLES = {"prices", "models"}
 
 
 def config_path(env: Mapping[str, str]) -> Path:

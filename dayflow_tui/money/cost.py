@@ -25,6 +25,7 @@ from typing import Iterable
 
 from ..config.errors import UsageError
 from . import rates
+from ..config.settings import OFFLINE_MODEL
 from .rates import MILLION, ZERO, ModelPrices
 
 BUILTIN_AGENT = "brief"
@@ -38,6 +39,8 @@ class Usage:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     output_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, the part kept for an hour (billed 2x input)
+    web_search_requests: int = 0  # billed per search, apart from tokens
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -52,10 +55,11 @@ class Cost:
     cache_write: Decimal = ZERO
     cache_read: Decimal = ZERO
     output: Decimal = ZERO
+    server_tools: Decimal = ZERO  # web search fees
 
     @property
     def total(self) -> Decimal:
-        return self.uncached_input + self.cache_write + self.cache_read + self.output
+        return self.uncached_input + self.cache_write + self.cache_read + self.output + self.server_tools
 
     @property
     def input(self) -> Decimal:
@@ -63,11 +67,13 @@ class Cost:
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.uncached_input + other.uncached_input, self.cache_write + other.cache_write,
-                    self.cache_read + other.cache_read, self.output + other.output)
+                    self.cache_read + other.cache_read, self.output + other.output,
+                    self.server_tools + other.server_tools)
 
     def split_json(self) -> dict[str, float]:
         return {"uncached_input": usd_number(self.uncached_input), "cache_write": usd_number(self.cache_write),
-                "cache_read": usd_number(self.cache_read), "output": usd_number(self.output)}
+                "cache_read": usd_number(self.cache_read), "output": usd_number(self.output),
+                "web_search": usd_number(self.server_tools)}
 
 
 def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
@@ -117,11 +123,18 @@ def cost_of(prices: ModelPrices, usage: Usage, at: datetime | date | str | None 
         found = in_force.get(key)
         return found.at(size) if found is not None else input_rate
 
-    write_key = "cache_write_1h" if cache_ttl == "1h" and "cache_write_1h" in in_force else "cache_write"
+    # Writes kept for an hour cost twice the input rate (the library may lack the rate: Anthropic's factor).
+    hour_rate = in_force["cache_write_1h"].at(size) if "cache_write_1h" in in_force else (
+        input_rate * rates.CACHE_WRITE_1H_FACTOR)
+    hour = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
+    if cache_ttl == "1h" and not hour:
+        hour = usage.cache_write_tokens  # a prediction for a request asking for the hour: no breakdown yet
+    searches = ZERO if prices.model == OFFLINE_MODEL else (
+        rates.WEB_SEARCH_USD_PER_1000 * usage.web_search_requests / 1000)
     return Cost(uncached_input=input_rate * usage.uncached_input_tokens / MILLION,
-                cache_write=rate(write_key) * usage.cache_write_tokens / MILLION,
+                cache_write=(rate("cache_write") * (usage.cache_write_tokens - hour) + hour_rate * hour) / MILLION,
                 cache_read=rate("cache_read") * usage.cache_read_tokens / MILLION,
-                output=in_force["output"].at(size) * usage.output_tokens / MILLION)
+                output=in_force["output"].at(size) * usage.output_tokens / MILLION, server_tools=searches)
 
 
 def price_call(model: str | None, usage: Usage, at: datetime | date | str | None = None) -> Cost | None:
@@ -162,7 +175,8 @@ def step_usage(step) -> Usage:
     read = getattr(step, "cache_read_input_tokens", None)
     if write is None:
         write, read = getattr(step, "cache_write_tokens", 0), getattr(step, "cache_read_tokens", 0)
-    return Usage(step.input_tokens or 0, write or 0, read or 0, step.output_tokens or 0)
+    return Usage(step.input_tokens or 0, write or 0, read or 0, step.output_tokens or 0,
+                 getattr(step, "cache_write_1h_tokens", 0) or 0, getattr(step, "web_search_requests", 0) or 0)
 
 
 def step_cost(step, model: str | None, prices: dict | None = None) -> Cost | None:
@@ -190,7 +204,8 @@ def _group_cost(store, group) -> Cost | None:
         calls = [s for s in store.step_tokens(group.run_id)
                  if (s.model or group.model) == group.model and s.created_at[:10] == group.day]
         return add_costs(cost_of(prices, step_usage(s), s.created_at) for s in calls)
-    usage = Usage(group.input_tokens, group.cache_write_tokens, group.cache_read_tokens, group.output_tokens)
+    usage = Usage(group.input_tokens, group.cache_write_tokens, group.cache_read_tokens, group.output_tokens,
+                  group.cache_write_1h_tokens, group.web_search_requests)
     return cost_of(prices, usage, group.day, request_size=group.largest_input)
 
 

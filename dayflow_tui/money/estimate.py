@@ -41,12 +41,24 @@ TTL_SECONDS = {"5m": 300, "1h": 3600}
 
 
 def cache_ttl(request: dict) -> str | None:
-    """The cache lifetime ``request`` asks for (``"5m"``, ``"1h"``), or None when it asks for no caching."""
-    control = request.get("cache_control")
-    if not isinstance(control, dict):
+    """The cache lifetime ``request`` asks for (``"5m"``, ``"1h"``), or None when it asks for no caching.
+
+    Read from its ``cache_control`` breakpoints (after the system prompt, on a tool, on the last message's
+    blocks) or the top-level ``cache_control`` of automatic caching.
+    """
+    found = [request.get("cache_control")]
+    system = request.get("system")
+    if isinstance(system, list):
+        found += [b.get("cache_control") for b in system if isinstance(b, dict)]
+    found += [t.get("cache_control") for t in request.get("tools") or [] if isinstance(t, dict)]
+    messages = request.get("messages") or []
+    last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    if isinstance(last, list):
+        found += [b.get("cache_control") for b in last if isinstance(b, dict)]
+    controls = [c for c in found if isinstance(c, dict)]
+    if not controls:
         return None
-    ttl = control.get("ttl")
-    return ttl if ttl in TTL_SECONDS else "5m"
+    return "1h" if any(c.get("ttl") == "1h" for c in controls) else "5m"
 
 
 @dataclass(frozen=True)

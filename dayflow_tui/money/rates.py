@@ -53,6 +53,9 @@ ZERO = Decimal(0)
 CACHE_WRITE_5M_FACTOR = Decimal("1.25")
 CACHE_WRITE_1H_FACTOR = Decimal("2")
 CACHE_READ_FACTOR = Decimal("0.1")
+# Web search is billed per search on top of tokens: "$10 per 1,000 searches" (the pricing page,
+# https://platform.claude.com/docs/en/about-claude/pricing, "Web search tool"); genai-prices has no such rate.
+WEB_SEARCH_USD_PER_1000 = Decimal("10")
 
 PRICE_KEYS = ("input", "cache_write", "cache_write_1h", "cache_read", "output")
 _LIBRARY_KEYS = {"input": "input_mtok", "cache_write": "cache_write_mtok", "cache_write_1h": "cache_write_1h_mtok",

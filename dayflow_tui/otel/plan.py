@@ -39,6 +39,7 @@ from ..agent.brief import SYSTEM as SYSTEM_PROMPT
 from ..agent.compaction import compact
 from ..agent.events import MAX_TOKENS
 from ..agent.messages import messages_from
+from ..agent.replies import stored_raw
 from ..agent.transcript import build_steps
 from ..store import Store, effective_status, step_blocks
 from ..store.status import RunStatus
@@ -166,6 +167,23 @@ def _history_before(source: TraceSource, n: int) -> list[dict]:
     return messages_from(source.run, [s for s in source.steps if s.n < n])
 
 
+def _agent_name(run) -> str:
+    """The run's own agent (the built-in brief is ``brief``); ``AGENT_NAME`` for a row that records none."""
+    return str(getattr(run, "agent", None) or AGENT_NAME)[:64]
+
+
+def _response_id(step: "Step") -> str | None:
+    """The reply's ``id`` (``msg_...``) from the body as the API sent it, when the step kept it."""
+    raw = stored_raw(getattr(step, "raw", None), getattr(step, "assistant", None))
+    if not raw:
+        return None
+    try:
+        found = json.loads(raw).get("id")
+    except (ValueError, AttributeError):
+        return None
+    return found[:200] if isinstance(found, str) and found else None
+
+
 def plan_chat(source: TraceSource, step: "Step", *, content: bool) -> SpanPlan:
     run = source.run
     end = ns_of(step.created_at) or 0
@@ -173,7 +191,8 @@ def plan_chat(source: TraceSource, step: "Step", *, content: bool) -> SpanPlan:
     attributes = {
         **_common(run, "chat"),
         "gen_ai.request.model": run.model,
-        "gen_ai.request.max_tokens": MAX_TOKENS,
+        # What the call asked for; steps stored before Dayflow recorded it were all sent MAX_TOKENS.
+        "gen_ai.request.max_tokens": getattr(step, "max_tokens", None) or MAX_TOKENS,
         "gen_ai.response.model": step.model or run.model,
         "gen_ai.response.finish_reasons": [step.stop_reason or "unknown"],
         # input_tokens is the whole input, as the conventions ask: uncached + cache writes + cache reads.
@@ -184,6 +203,11 @@ def plan_chat(source: TraceSource, step: "Step", *, content: bool) -> SpanPlan:
         "dayflow.run.id": run.id,
         "dayflow.step": step.n,
     }
+    response_id = _response_id(step)
+    if response_id is not None:
+        attributes["gen_ai.response.id"] = response_id
+    if getattr(step, "web_search_requests", 0):
+        attributes["dayflow.usage.web_search_requests"] = step.web_search_requests
     if step.duration_ms is not None:
         attributes["dayflow.call.duration_ms"] = step.duration_ms
     if step.request_est_tokens is not None:
@@ -245,7 +269,7 @@ def plan_agent(source: TraceSource, *, content: bool) -> SpanPlan:
     end = max(ns_of(run.updated_at) or start, start)
     attributes = {
         **_common(run, "invoke_agent"),
-        "gen_ai.agent.name": AGENT_NAME,
+        "gen_ai.agent.name": _agent_name(run),
         "gen_ai.request.model": run.model,
         "gen_ai.usage.input_tokens": run.input_tokens,
         "gen_ai.usage.output_tokens": run.output_tokens,
@@ -270,7 +294,7 @@ def plan_agent(source: TraceSource, *, content: bool) -> SpanPlan:
     if run.status == RunStatus.FAILED.value:
         attributes["error.type"] = "run_failed"
         error = run.error or "failed"
-    return SpanPlan(name=f"invoke_agent {AGENT_NAME}", span_id=span_id_of(run.id, "agent"), parent_id=None,
+    return SpanPlan(name=f"invoke_agent {_agent_name(run)}", span_id=span_id_of(run.id, "agent"), parent_id=None,
                     kind="internal", start_ns=start, end_ns=end, attributes=attributes, events=events, error=error)
 
 

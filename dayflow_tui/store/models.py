@@ -158,6 +158,12 @@ class Step(BaseModel):
     output_tokens = IntegerField(default=0)
     cache_creation_input_tokens = IntegerField(default=0)
     cache_read_input_tokens = IntegerField(default=0)
+    # The part of the cache writes kept for an hour (billed 2x input, not 1.25x), and the web searches the
+    # call made (billed per search): usage.cache_creation.ephemeral_1h_input_tokens and
+    # usage.server_tool_use.web_search_requests. 0 for steps stored before schema 12.
+    cache_write_1h_tokens = IntegerField(default=0)
+    web_search_requests = IntegerField(default=0)
+    max_tokens = IntegerField(null=True)  # what the call asked for; NULL before schema 12
     model = TextField(null=True)
     duration_ms = IntegerField(null=True)  # wall time of the API call
     request_est_tokens = IntegerField(null=True)  # estimated size of the request as built from history

@@ -75,6 +75,13 @@ def _replies_as_sent(store: "StoreHandle") -> None:
         store.dialect.widen_column(store.db, model._meta.table_name, field.column_name, kind)
 
 
+def _add_call_charges(store: "StoreHandle") -> None:
+    """Schema 14: a step's 1-hour cache writes and web searches (each billed apart), and its max_tokens."""
+    add_column(store, Step, Step.cache_write_1h_tokens)
+    add_column(store, Step, Step.web_search_requests)
+    add_column(store, Step, Step.max_tokens)
+
+
 def _add_budget_usd(store: "StoreHandle") -> None:
     """Schema 6: the run's dollar budget (``--budget-usd``), durable across resumes."""
     add_column(store, Run, Run.budget_usd)
@@ -141,7 +148,7 @@ MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
-                                                    _add_cancel_and_priority, _add_title)
+                                                    _add_cancel_and_priority, _add_title, _add_call_charges)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -22,7 +22,7 @@ from dayflow_tui.store import dumps, open_store, step_blocks
 from dayflow_tui.money.tokens import estimate_tokens as tokens_estimate
 
 from .. import long_run_model
-from ..api_rules import cache_breakpoints, problems
+from ..api_rules import cache_breakpoints, problems, without_breakpoints
 from ..conftest import dayflow_cmd
 from ..long_run_model import LongRunClient, task_key, task_title
 from ..loopback_api import LoopbackAPI
@@ -336,9 +336,10 @@ def test_a_run_with_compaction_sends_compacted_requests_and_stores_every_step_in
             assert request["messages"][1]["content"][0]["text"].startswith(SUMMARY_PREFIX)
         else:
             assert step.compacted_est_tokens is None
-            assert request["messages"] == stored_history
+            assert without_breakpoints(request["messages"]) == stored_history
         # What went over the wire is exactly the prepared view of what is stored.
-        assert request["messages"] == json.loads(json.dumps(prepare_messages(stored_history, THRESHOLD).messages))
+        assert without_breakpoints(request["messages"]) == json.loads(json.dumps(
+            prepare_messages(stored_history, THRESHOLD).messages))
     assert compacted >= 25
     # The database keeps every step in full: 40 assistant turns, every payload.
     full = rebuild_messages(store, run.id)
@@ -362,7 +363,7 @@ def test_next_request_preview_is_exactly_what_the_next_call_sends(store):
     assert preview.est_after == estimate_tokens(preview.messages)
     following = LongRunClient()
     resume(stopped.run_id, store=store, client=following, max_steps=21)
-    assert following.requests[0]["messages"] == json.loads(json.dumps(preview.messages))
+    assert without_breakpoints(following.requests[0]["messages"]) == json.loads(json.dumps(preview.messages))
     # Without compaction the preview is the history itself.
     store.update_limits(stopped.run_id, compact_at=0)
     plain = next_request_preview(store, stopped.run_id)

@@ -224,7 +224,7 @@ def test_a_fork_of_your_own_agents_run_keeps_its_agent(backend, db_target, tmp_p
         assert resumed.returncode == 0, text(resumed.stderr)
         assert api.calls == 3
         sent = api.requests[2]
-        assert sent["system"] == "Only the office agent says this."
+        assert sent["system"][0]["text"] == "Only the office agent says this."
         assert [t["name"] for t in sent["tools"]] == ["look", "ring_bell", "chime"]
         assert sent["messages"] == api.requests[1]["messages"][:2] + [sent["messages"][2]]  # the parent's bytes
     runs = {r["id"]: r for r in read_db(db_target).runs}

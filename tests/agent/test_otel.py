@@ -10,6 +10,7 @@ from datetime import datetime
 
 import pytest
 
+from dayflow_tui.agent.replies import stored_raw
 from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.otel.plan import span_id_of, trace_id_of
 from dayflow_tui.config.errors import ModelCallFailed
@@ -65,13 +66,14 @@ def test_a_three_step_run_arrives_as_the_documented_spans(db_target, receiver):
     [agent] = kinds["invoke_agent"]
     trace = _hex(trace_id_of(run_id), 16)
     assert {s.trace_id for s in spans} == {trace}  # one trace per run
-    assert agent.parent_span_id == "" and agent.name == "invoke_agent dayflow" and agent.kind == INTERNAL
+    assert agent.parent_span_id == "" and agent.name == f"invoke_agent {run['agent']}" and agent.kind == INTERNAL
     assert {s.parent_span_id for s in spans if s is not agent} == {agent.span_id}
     assert (agent.start_ns, agent.end_ns) == (_ns(run["created_at"]), _ns(run["updated_at"]))
     assert {k: agent.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system",
                                              "gen_ai.agent.name", "gen_ai.conversation.id")} == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "anthropic", "gen_ai.system": "anthropic",
-        "gen_ai.agent.name": "dayflow", "gen_ai.conversation.id": run_id}
+        "gen_ai.agent.name": run["agent"], "gen_ai.conversation.id": run_id}
+    assert run["agent"] == "brief"  # the agent's own name, not the program's
     assert agent.attributes["gen_ai.usage.input_tokens"] == run["input_tokens"]
     assert agent.attributes["gen_ai.usage.output_tokens"] == run["output_tokens"]
     assert agent.attributes["dayflow.run.status"] == "done" and agent.events == []
@@ -90,6 +92,9 @@ def test_a_three_step_run_arrives_as_the_documented_spans(db_target, receiver):
         assert chat.attributes["gen_ai.usage.output_tokens"] == step["output_tokens"]
         assert chat.attributes["gen_ai.usage.cache_read.input_tokens"] == step["cache_read_input_tokens"]
         assert chat.attributes["gen_ai.usage.cache_creation.input_tokens"] == step["cache_creation_input_tokens"]
+        assert chat.attributes["gen_ai.response.id"] == json.loads(stored_raw(step["raw"], step["assistant"]))["id"]
+        assert chat.attributes["gen_ai.response.id"].startswith("msg_")
+        assert chat.attributes["gen_ai.request.max_tokens"] == step["max_tokens"] == 4096  # what the call asked
         assert not any(k in chat.attributes for k in ("gen_ai.input.messages", "gen_ai.output.messages"))
     assert any(s.attributes["gen_ai.usage.cache_read.input_tokens"] > 0 for s in kinds["chat"])
 

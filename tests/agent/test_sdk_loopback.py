@@ -35,7 +35,7 @@ def test_real_sdk_run_stores_the_wire_blocks_and_resends_them_verbatim(store, ap
         sent_back = api.requests[k + 1]["messages"][-2]["content"]
         assert sent_back == rebuild_messages(store, result.run_id, steps[: k + 1])[-2]["content"]
         assert all("caller" not in block for block in sent_back)
-    assert api.requests[0]["cache_control"] == {"type": "ephemeral"}
+    assert api.requests[0]["system"][-1]["cache_control"] == {"type": "ephemeral"}
     if store.dialect.name == "postgres":  # no file to read: every row of every table, as text
         rows = [row for table in store.db.get_tables() for row in store.db.execute_sql(f"SELECT * FROM {table}")]
         assert len(rows) > 3 and FAKE_KEY not in repr(rows)

@@ -29,7 +29,8 @@ def expected_split(row: dict) -> dict[str, Decimal]:
     return {"uncached_input": uncached * UNCACHED / 1_000_000,
             "cache_write": row["cache_write_tokens"] * WRITE / 1_000_000,
             "cache_read": row["cache_read_tokens"] * READ / 1_000_000,
-            "output": row["output_tokens"] * OUTPUT / 1_000_000}
+            "output": row["output_tokens"] * OUTPUT / 1_000_000,
+            "web_search": Decimal(0)}  # the brief never searches
 
 
 def test_runs_show_tasks_and_spend_carry_dollars(db_target):

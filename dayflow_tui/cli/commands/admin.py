@@ -100,9 +100,17 @@ def cmd_prices(args: argparse.Namespace) -> int:
         [("built in", pricing.offline_prices())]
     rows = [("settings file", p) for p in overrides] + builtin + [(pricing.LIBRARY, p) for _i, _n, p in library]
 
+    def with_hour(found: dict) -> dict:
+        # The library may lack the 1-hour write rate: Anthropic bills it at twice the input rate.
+        if "cache_write_1h" not in found and "cache_write" in found and "input" in found:
+            found = {**found, "cache_write_1h": pricing.Rate(found["input"].base * pricing.CACHE_WRITE_1H_FACTOR)}
+        return found
+
     def rates(prices) -> dict:
-        found = prices.rates_on(today)
+        found = with_hour(prices.rates_on(today))
         return {key: str(found[key].base) for key in pricing.PRICE_KEYS if key in found} | (
+            {"web_search_per_1000": str(pricing.WEB_SEARCH_USD_PER_1000 if prices.model != pricing.OFFLINE_MODEL
+                                        else pricing.ZERO)}) | (
             {"tiers": {key: [[start, str(price)] for start, price in found[key].tiers]
                        for key in pricing.PRICE_KEYS if key in found and found[key].tiers}}
             if any(r.tiers for r in found.values()) else {})
@@ -120,7 +128,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     print(f"rates today ({today}), dollars per million tokens:")
     print(f"  {'model':<28} {'input':>8} {'5m write':>9} {'1h write':>9} {'read':>8} {'output':>8}  from")
     for origin, prices in rows:
-        found = prices.rates_on(today)
+        found = with_hour(prices.rates_on(today))
 
         def cell(key: str) -> str:
             rate = found.get(key)
@@ -131,5 +139,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     if any(r.tiers for _o, p in rows for r in p.rates_on(today).values()):
         print("  + a higher rate applies to every token of a request whose input passes the model's tier "
               "(see --json)")
+    print(f"web search: ${pricing.WEB_SEARCH_USD_PER_1000} per 1,000 searches on top of tokens (Anthropic's "
+          "pricing page; the offline model never searches)")
     print("any other model: price unknown")
     return 0

@@ -27,6 +27,8 @@ class TokenGroup:
     output_tokens: int
     calls: int
     largest_input: int
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, the part kept for an hour
+    web_search_requests: int = 0
 
 
 @store_call
@@ -46,6 +48,8 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
                          fn.SUM(Step.cache_creation_input_tokens).alias("cache_write_tokens"),
                          fn.SUM(Step.cache_read_input_tokens).alias("cache_read_tokens"),
                          fn.SUM(Step.output_tokens).alias("output_tokens"),
+                         fn.SUM(Step.cache_write_1h_tokens).alias("cache_write_1h_tokens"),
+                         fn.SUM(Step.web_search_requests).alias("web_search_requests"),
                          fn.COUNT(Step.n).alias("calls"), fn.MAX(Step.input_tokens).alias("largest_input"))
              .join(Run, on=(Step.run == Run.id))
              # By position: PostgreSQL would see SUBSTR's bound arguments as a different expression.
@@ -65,7 +69,9 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
                        cache_write_tokens=int(row["cache_write_tokens"] or 0),
                        cache_read_tokens=int(row["cache_read_tokens"] or 0),
                        output_tokens=int(row["output_tokens"] or 0), calls=int(row["calls"] or 0),
-                       largest_input=int(row["largest_input"] or 0))
+                       largest_input=int(row["largest_input"] or 0),
+                       cache_write_1h_tokens=int(row["cache_write_1h_tokens"] or 0),
+                       web_search_requests=int(row["web_search_requests"] or 0))
             for row in query.dicts()]
 
 
@@ -73,7 +79,8 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
 def step_tokens(store: StoreHandle, run_id: str) -> list[Step]:
     """Each step's tokens, model and time, nothing else (pricing calls one by one)."""
     return list(Step.select(Step.run, Step.n, Step.input_tokens, Step.cache_creation_input_tokens,
-                            Step.cache_read_input_tokens, Step.output_tokens, Step.model, Step.created_at)
+                            Step.cache_read_input_tokens, Step.output_tokens, Step.model, Step.created_at,
+                            Step.cache_write_1h_tokens, Step.web_search_requests)
                 .where(Step.run == run_id).order_by(Step.n))
 
 

@@ -43,6 +43,9 @@ class StepRecord:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of cache_creation_input_tokens, the part kept for an hour
+    web_search_requests: int = 0
+    max_tokens: int | None = None  # what the call asked for
     model: str | None = None
     duration_ms: int | None = None
     request_est_tokens: int | None = None
@@ -110,6 +113,8 @@ def append_step(store: StoreHandle, run_id: str, step: StepRecord, *, lease: Lea
                tool_results=None, input_tokens=step.input_tokens, output_tokens=step.output_tokens,
                cache_creation_input_tokens=step.cache_creation_input_tokens,
                cache_read_input_tokens=step.cache_read_input_tokens, model=step.model,
+               cache_write_1h_tokens=step.cache_write_1h_tokens, web_search_requests=step.web_search_requests,
+               max_tokens=step.max_tokens,
                duration_ms=step.duration_ms, request_est_tokens=step.request_est_tokens,
                compacted_est_tokens=step.compacted_est_tokens, raw=step.raw,
                created_at=stamp or _host_now(), index_pending=1)

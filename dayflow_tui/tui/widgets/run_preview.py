@@ -17,6 +17,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
+from ...agent.registry import options_text, recorded_options
 from ...money.cost import format_usd
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
@@ -46,8 +47,11 @@ def preview_content(preview: Preview) -> Content:
     parts += [(printable(run.id), "bold"), "\n",
               (formatting.status_label(status), f"bold {formatting.STATUS_STYLES.get(status, '')}"),
               f"  ·  {printable(getattr(run, 'agent', None) or 'brief')}  ·  {printable(one_line(run.model, 40))}",
-              "\n",
-              f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
+              "\n"]
+    options = recorded_options(run)
+    if options:
+        parts += [(printable(one_line(options_text(options), 200)), "$text-muted"), "\n"]
+    parts += [f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
               f"{formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out  ·  "
               f"{format_usd(preview.cost, unknown='price unknown')}", "\n"]
     if run.owner_pid is not None:
