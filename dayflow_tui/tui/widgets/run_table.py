@@ -271,9 +271,12 @@ class RunTable(ScrollView, can_focus=True):
         known = status in _KNOWN_STATUSES
         status_style = self.get_component_rich_style(f"run-table--{status}" if known else "run-table--dim")
         dim = self.get_component_rich_style("run-table--dim")
-        note = run_title(run, title_width(width, self.hidden))
-        if run.error and run.status != "done":  # why it stopped, after what it is
-            note = f"{note} — {one_line(run.error, 120)}"
+        room = title_width(width, self.hidden)
+        if run.error and run.status != "done":
+            # Why it stopped matters more than what it was: the title gets a third of the room, the error the rest.
+            note = f"{run_title(run, max(12, room // 3))} — {one_line(run.error, 120)}"
+        else:
+            note = run_title(run, room)
         agent = getattr(run, "agent", None)
         if agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
