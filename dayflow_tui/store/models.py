@@ -131,7 +131,7 @@ class Run(BaseModel):
     not_before = CharField(max_length=32, null=True)
     heartbeat_at = CharField(max_length=32, null=True)
     # Claims take higher first, then the oldest (schema 12). Kept across resumes.
-    priority = IntegerField(default=0)
+    priority = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     # A cancel (schema 12): when it was asked, by whom (user@host, or "dashboard") and why. On a run a live
     # process drives it is a request that the driver sees at its next commit or heartbeat; the run ends
     # ``cancelled`` there (tables/cancels.py).
@@ -161,8 +161,8 @@ class Step(BaseModel):
     # The part of the cache writes kept for an hour (billed 2x input, not 1.25x), and the web searches the
     # call made (billed per search): usage.cache_creation.ephemeral_1h_input_tokens and
     # usage.server_tool_use.web_search_requests. 0 for steps stored before schema 12.
-    cache_write_1h_tokens = IntegerField(default=0)
-    web_search_requests = IntegerField(default=0)
+    cache_write_1h_tokens = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    web_search_requests = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     max_tokens = IntegerField(null=True)  # what the call asked for; NULL before schema 12
     model = TextField(null=True)
     duration_ms = IntegerField(null=True)  # wall time of the API call
