@@ -152,22 +152,33 @@ class _Problem(ValueError):
     """A value with parts (a table) that says which part is wrong: ``."MODEL": output is missing``."""
 
 
-def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
-    """``[prices."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_PRICES``): dollars per million tokens."""
+def _tables_by_model(raw: Any, example: str, row: str) -> list[tuple[str, dict]]:
+    """``[KIND."MODEL"]`` tables (TOML) or the same as JSON (an environment variable), as (model, table) pairs.
+
+    ``example`` shows the whole form, ``row`` one table's keys: each in the one line a wrong value gets."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw) if raw.strip() else {}
         except ValueError as exc:
             raise _Problem(f" must be a JSON object of models ({exc.msg})") from None
     if not isinstance(raw, dict):
-        raise _Problem(' must be tables: [prices."MODEL"] input = 3.0, output = 15.0')
-    table: dict[str, dict[str, Decimal]] = {}
-    for model, rates in raw.items():
+        raise _Problem(f" must be tables: {example}")
+    pairs = []
+    for model, table in raw.items():
         name = str(model).strip()
         if not name or len(name) > 200:
             raise _Problem(f": {str(model)[:40]!r} is not a model name")
-        if not isinstance(rates, dict):
-            raise _Problem(f'."{name}" must be a table (input = ..., output = ...)')
+        if not isinstance(table, dict):
+            raise _Problem(f'."{name}" must be a table ({row})')
+        pairs.append((name, table))
+    return pairs
+
+
+def _price_table(raw: Any) -> dict[str, dict[str, Decimal]]:
+    """``[prices."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_PRICES``): dollars per million tokens."""
+    table: dict[str, dict[str, Decimal]] = {}
+    for name, rates in _tables_by_model(raw, '[prices."MODEL"] input = 3.0, output = 15.0',
+                                        "input = ..., output = ..."):
         unknown = sorted(set(rates) - set(PRICE_FIELDS))
         if unknown:
             raise _Problem(f'."{name}": unknown price {unknown[0]!r} (known: {", ".join(PRICE_FIELDS)})')
@@ -190,20 +201,9 @@ MODEL_FIELDS = {"max_output": "tokens", "context_window": "tokens", "thinking": 
 
 def _model_table(raw: Any) -> dict[str, dict[str, Any]]:
     """``[models."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_MODELS``): a model's own limits."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise _Problem(f" must be a JSON object of models ({exc.msg})") from None
-    if not isinstance(raw, dict):
-        raise _Problem(' must be tables: [models."MODEL"] max_output = 64000')
     table: dict[str, dict[str, Any]] = {}
-    for model, limits in raw.items():
-        name = str(model).strip()
-        if not name or len(name) > 200:
-            raise _Problem(f": {str(model)[:40]!r} is not a model name")
-        if not isinstance(limits, dict):
-            raise _Problem(f'."{name}" must be a table (max_output = ..., context_window = ...)')
+    for name, limits in _tables_by_model(raw, '[models."MODEL"] max_output = 64000',
+                                         "max_output = ..., context_window = ..."):
         parsed: dict[str, Any] = {}
         for key, value in limits.items():
             kind = MODEL_FIELDS.get(key)
