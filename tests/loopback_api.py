@@ -8,8 +8,13 @@ exactly the fields a server sends. Every request body is recorded.
 Crash and failure tests shape the traffic: ``delay`` holds every answer
 (a slow model, so a client can be killed while it waits), and a plan entry
 can be an error (``error_reply``), a hand-written message
-(``message_reply``), a dropped connection (``drop``) or a hang past the
-client's timeout (``hang``). A client killed mid-request is expected.
+(``message_reply``), a dropped connection (``drop``), a hang past the
+client's timeout (``hang``), a stream cut short (``broken_stream``) or one
+that takes its time (``slow_stream``). A client killed mid-request is expected.
+
+A request with ``"stream": true`` (every call Dayflow makes) is answered with
+server-sent events made from the answer (``agent.streaming.events_of``), unless
+the lane's ``streams`` is False (a server that answers with a whole message).
 
 ``on_request(number)`` runs as each request arrives, before the answer is
 sent: fault tests cut the database connection while a call is in flight.
@@ -33,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from dayflow_tui.agent.offline import OfflineClient
+from dayflow_tui.agent.streaming import events_of, sse_bytes
 
 # A reply plan entry: (status, headers, body dict) returned instead of a model answer.
 Reply = tuple[int, dict, dict]
@@ -66,6 +72,30 @@ def raw_reply(body: str | bytes, status: int = 200) -> Reply:
     return status, {}, body.encode() if isinstance(body, str) else body
 
 
+def broken_stream(after: int, error_type: str | None = None) -> Callable:
+    """The offline model's answer streamed, cut after ``after`` events: the connection closes, or (with
+    ``error_type``, e.g. ``overloaded_error``) an ``error`` event ends it, as the API does mid-stream."""
+
+    def plan(handler, body: dict) -> None:
+        lane = handler.server_api.lane_for(handler.path)
+        events = list(events_of(lane.answer(body)))[:after]
+        if error_type is not None:
+            events.append({"type": "error", "error": {"type": error_type, "message": "loopback: " + error_type}})
+        handler.send_events(events)
+
+    return plan
+
+
+def slow_stream(pause: float) -> Callable:
+    """The offline model's answer streamed with ``pause`` seconds between events (a reply forming)."""
+
+    def plan(handler, body: dict) -> None:
+        lane = handler.server_api.lane_for(handler.path)
+        handler.send_events(events_of(lane.answer(body)), pause=pause)
+
+    return plan
+
+
 def drop(handler, body: dict) -> None:
     """Read the request, then close the connection without a word."""
     handler.close_connection = True
@@ -95,6 +125,7 @@ class Lane:
         self.headers: list[dict] = []
         self.planned: dict[int, Reply | Callable] = {}
         self.extra_block_fields = extra_block_fields or {}
+        self.streams = True  # a streaming request is answered with events (False: a whole JSON message)
         self._offline = OfflineClient(delay=0)
         self._lock = threading.Lock()
 
@@ -133,7 +164,7 @@ class Lane:
 
     def answer(self, body: dict) -> dict:
         """The JSON a server would send for ``body``: the offline model's answer, server-shaped."""
-        message = self._offline.messages.create(**body)
+        message = self._offline.messages.create(**{**body, "stream": False})
         payload = message.to_dict(mode="json")
         for block in payload["content"]:
             block.update(self.extra_block_fields.get(block["type"], {}))
@@ -192,6 +223,8 @@ class LoopbackAPI(Lane):
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            server_api = api
+
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
@@ -220,6 +253,9 @@ class LoopbackAPI(Lane):
                     if planned is None:
                         return
                 status, headers, reply = planned if planned else (200, {}, lane.answer(body))
+                if status == 200 and isinstance(reply, dict) and body.get("stream") and lane.streams:
+                    self.send_events(events_of(reply), headers)
+                    return
                 data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -228,5 +264,21 @@ class LoopbackAPI(Lane):
                     self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def send_events(self, events, headers: dict | None = None, *, pause: float = 0.0) -> None:
+                """A 200 whose body is server-sent events, written as they come (no length: the stream ends
+                when the connection closes, as the API's does)."""
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                for event in events:
+                    self.wfile.write(sse_bytes([event]))
+                    self.wfile.flush()
+                    if pause:
+                        api.server.stopping.wait(pause)
+                self.close_connection = True
 
         return Handler

@@ -31,6 +31,7 @@ from .registry import agent_for_run
 from .replies import BadReply, normalise, storable_raw, storable_text
 from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
+from .streaming import OnDelta, ReplyDelta, StreamBroken
 from .tools import ToolContext, cut_off_results
 
 OVERFLOWED = "model_context_window_exceeded"
@@ -52,7 +53,8 @@ class Driver:
 
     def __init__(self, store: Store, run_id: str, lease: Lease, *, client: Any = None,
                  on_step: OnStep | None = None, crash_after_step: int | None = None,
-                 should_stop: Callable[[], bool] | None = None, agent: Agent | None = None):
+                 should_stop: Callable[[], bool] | None = None, agent: Agent | None = None,
+                 on_delta: OnDelta | None = None):
         self.store = store
         self.run = store.get_run(run_id)
         self.lease = lease
@@ -60,6 +62,7 @@ class Driver:
         self.agent = agent if agent is not None else agent_for_run(self.run)[0]
         self.client = client
         self.on_step = on_step
+        self.on_delta = on_delta
         self.crash_after_step = crash_after_step
         self.should_stop = should_stop
         self.calls = 0
@@ -160,7 +163,11 @@ class Driver:
             self.calls += 1
             pause_point("api")
             try:
-                raw = call_model(self.client, body, betas=self.agent.betas)
+                raw = call_model(self.client, body, betas=self.agent.betas, on_piece=self._pieces_of(n))
+            except StreamBroken:
+                # No reply came: a failed attempt (``runs`` backs off, counts it and gives up at max_attempts).
+                self._tell_call(n, started, "broken")
+                raise
             except RateLimited as exc:
                 self._tell_call(n, started, "rate_limited", exc.status)
                 exc.run_id = run.id
@@ -211,6 +218,20 @@ class Driver:
             if self.crash_after_step == n:
                 raise SystemExit(f"simulated crash after step {n}")
             n += 1
+
+    def _pieces_of(self, n: int) -> Callable[[int, str, str], None] | None:
+        """``call_model``'s ``on_piece`` for step ``n``: each piece to ``on_delta`` (a watcher's failure is its own)."""
+        if self.on_delta is None:
+            return None
+        on_delta, run_id = self.on_delta, self.run.id
+
+        def tell(index: int, kind: str, text: str) -> None:
+            try:
+                on_delta(ReplyDelta(run_id, n, index, kind, text))
+            except Exception:
+                pass  # a front end that cannot draw a piece never costs the reply
+
+        return tell
 
     def _tell_call(self, n: int, started: float, outcome: str, status: int | None = None) -> None:
         telemetry.note("model.call", run_id=self.run.id, step=n, model=self.run.model, agent=self.agent.name,

@@ -10,11 +10,9 @@ current model). A model id is matched exactly, else by the longest known id it s
 ``FALLBACK`` (4,096 tokens of reply, which every Claude model accepts, and nothing assumed). The
 settings file adds or corrects models: ``[models."ID"] max_output = 64000`` (``config.settings``).
 
-Without streaming the SDK refuses a request it expects to take over ten minutes ("Streaming is
-required..."): ``anthropic._base_client._calculate_nonstreaming_timeout`` refuses ``max_tokens``
-above 3600 s x max_tokens / 128,000 > 600 s, that is above 21,333, and above the per-model figure
-of ``anthropic._constants.MODEL_NONSTREAMING_TOKENS`` (8,192 for Claude Opus 4). ``sendable`` keeps
-every request Dayflow sends under both, so no call is refused before it is made.
+Every call streams (``request.call_model``), so the SDK's refusal of a long request without streaming
+("Streaming is required...": ``max_tokens`` above 21,333, or 8,192 for Claude Opus 4) never applies:
+``sendable`` holds a request only to what the model itself allows.
 """
 
 from __future__ import annotations
@@ -23,10 +21,6 @@ from dataclasses import dataclass, replace
 
 from ..config import settings
 from ..config.settings import OFFLINE_MODEL
-
-# The SDK's rule for a call without streaming (see above): 600 s x 128,000 / 3600 s.
-NONSTREAMING_MAX = 21_333
-
 
 @dataclass(frozen=True)
 class ModelLimits:
@@ -37,14 +31,12 @@ class ModelLimits:
     thinking: str | None = None  # "extended" (budget_tokens), "adaptive" (both), None: no thinking
     cache_1h: bool = True
     context_1m: bool = False  # a 1M-token window (on the model, or with the context-1m beta)
-    nonstreaming_max: int | None = None  # the SDK's own figure for this id, when lower than NONSTREAMING_MAX
     known: bool = True
 
     def sendable(self, wanted: int | None = None) -> int:
-        """The ``max_tokens`` a call without streaming sends: ``wanted`` (default: the model's most), never
-        more than the model allows or the SDK accepts without streaming."""
-        most = min(self.max_output, NONSTREAMING_MAX, self.nonstreaming_max or NONSTREAMING_MAX)
-        return max(1, min(wanted if wanted is not None else self.max_output, most))
+        """The ``max_tokens`` a call sends: ``wanted`` (default: the model's most), never more than the model
+        allows. Calls stream, so the SDK's cap on calls without streaming does not apply."""
+        return max(1, min(wanted if wanted is not None else self.max_output, self.max_output))
 
     def describe(self) -> str:
         if not self.known:
@@ -75,17 +67,16 @@ BUILTIN: dict[str, ModelLimits] = {
     "claude-haiku-4-5": ModelLimits(64 * _K, 200_000, "extended"),
     "claude-sonnet-4-0": ModelLimits(64 * _K, 200_000, "extended", context_1m=True),
     "claude-sonnet-4-20250514": ModelLimits(64 * _K, 200_000, "extended", context_1m=True),
-    # Claude Opus 4 and 4.1 (the overview's legacy table: 32K max output). The SDK asks Opus 4 to stream
-    # past 8,192 tokens (MODEL_NONSTREAMING_TOKENS).
+    # Claude Opus 4 and 4.1 (the overview's legacy table: 32K max output).
     "claude-opus-4-1": ModelLimits(32 * _K, 200_000, "extended"),
-    "claude-opus-4-0": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    "claude-opus-4-20250514": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    "claude-4-opus-20250514": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    # The same models under Bedrock's and Vertex's ids, which the SDK holds to 8,192 too.
-    "claude-opus-4@20250514": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    "claude-opus-4-1@20250805": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    "anthropic.claude-opus-4-20250514-v1:0": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
-    "anthropic.claude-opus-4-1-20250805-v1:0": ModelLimits(32 * _K, 200_000, "extended", nonstreaming_max=8192),
+    "claude-opus-4-0": ModelLimits(32 * _K, 200_000, "extended"),
+    "claude-opus-4-20250514": ModelLimits(32 * _K, 200_000, "extended"),
+    "claude-4-opus-20250514": ModelLimits(32 * _K, 200_000, "extended"),
+    # The same models under Bedrock's and Vertex's ids.
+    "claude-opus-4@20250514": ModelLimits(32 * _K, 200_000, "extended"),
+    "claude-opus-4-1@20250805": ModelLimits(32 * _K, 200_000, "extended"),
+    "anthropic.claude-opus-4-20250514-v1:0": ModelLimits(32 * _K, 200_000, "extended"),
+    "anthropic.claude-opus-4-1-20250805-v1:0": ModelLimits(32 * _K, 200_000, "extended"),
     # Claude 3 models (the overview's legacy table): Sonnet 3.7 64K with thinking, Haiku 3.5 8K, Haiku 3 4K;
     # no 1-hour cache was offered for the retired Claude 3 Opus/Sonnet, so none is assumed for Claude 3.
     "claude-3-7-sonnet": ModelLimits(64 * _K, 200_000, "extended", cache_1h=False),

@@ -29,7 +29,7 @@ import os
 import re
 import time
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, Iterator
 
 from .cache_points import has_message_breakpoint
 from .compaction import summarised_calls
@@ -89,14 +89,25 @@ class _Messages:
         self._client = client
 
     def create(self, *, model: str, messages: list[dict], max_tokens: int = 4096, system: Any = None,
-               tools: list[dict] | None = None, **_: Any) -> OfflineMessage:
+               tools: list[dict] | None = None, stream: bool = False, **_: Any) -> Any:
+        """The reply, or with ``stream=True`` its events (``agent.streaming``), the wait spread over them so a
+        new user sees the reply forming, as from the real API."""
+        delay = self._client.delay
+        message = self._reply(delay / 2 if stream else delay, model=model, messages=messages, system=system,
+                              tools=tools, **_)
+        if not stream:
+            return message
+        return _streamed(message.to_dict(mode="json"), delay / 2)
+
+    def _reply(self, wait_s: float, *, model: str, messages: list[dict], system: Any, tools: list[dict] | None,
+               **_: Any) -> OfflineMessage:
         self._client.calls += 1
         log = _settings().call_log
         if log:
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"{os.getpid()} {len(messages)} {time.time():.6f}\n")
-        if self._client.delay:
-            time.sleep(self._client.delay)
+        if wait_s:
+            time.sleep(wait_s)
         names = [t.get("name") for t in tools or [] if isinstance(t, dict)]
         if set(names) == _BRIEF_TOOLS or not names:
             content, stop_reason = _respond(messages)
@@ -119,6 +130,17 @@ class _Messages:
                       "cache_read_input_tokens": cache_read,
                       "output_tokens": estimate_tokens(content)},
         })
+
+
+def _streamed(message: dict, spread_s: float) -> Iterator[dict]:
+    """``message``'s stream events, ``spread_s`` seconds spread across them."""
+    from .streaming import events_of
+
+    events = list(events_of(message))
+    for event in events:
+        if spread_s:
+            time.sleep(spread_s / len(events))
+        yield event
 
 
 def _cache_usage(request: dict, total: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ request the run would really send.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..config import settings
 from ..config.errors import DayflowError, ModelCallFailed, RateLimited
@@ -26,6 +26,7 @@ from .messages import rebuild_messages
 from .model_limits import limits_for
 from .registry import load_agent
 from .replies import body_text, mend_surrogates
+from .streaming import MessageFolder, StreamBroken, sse_events, sse_lines
 
 
 @dataclass
@@ -87,6 +88,7 @@ def build_request(model: str, messages: list[dict], agent: Agent | None = None) 
     body = {"model": model, "max_tokens": limits_for(model).sendable(agent.max_tokens), "system": system,
             "tools": tools, "messages": cache_points.messages_with_breakpoint(messages, ttl)}
     body.update(agent.request_options())
+    body["stream"] = True  # every call streams (``call_model``)
     return body
 
 
@@ -140,18 +142,28 @@ def wire_blocks(response: Any) -> list[dict]:
     return mend_surrogates(blocks)
 
 
-def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = ()) -> str:
-    """One paid call; returns the reply body as received (the SDK's raw HTTP body where it has one).
+def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = (),
+               on_piece: Callable[[int, str, str], None] | None = None) -> str:
+    """One paid call, streamed; returns the reply's body: the message its events make (``streaming``), or
+    the body as received when the server answered with a whole message or with events that make none.
 
     ``betas`` (the agent's) go in the ``anthropic-beta`` header, as the SDK's ``betas=`` sends them.
+    ``on_piece(block index, kind, text)`` is told each piece as it arrives (the dashboard draws the reply
+    forming); it runs on this thread and must not fail or wait. A stream that breaks after it began is
+    ``StreamBroken`` (a failed attempt); what fails before any reply came is raised as it always was.
     """
     if betas:
         request = {**request, "extra_headers": {"anthropic-beta": ",".join(betas)}}
     try:
-        request = _fit_to_sdk(client, request)
-        raw_api = getattr(client.messages, "with_raw_response", None)
-        response = raw_api.create(**request) if raw_api is not None else client.messages.create(**request)
-        text = body_text(response)
+        request = _fit_to_sdk(client, {**request, "stream": True})  # a body from elsewhere streams too
+        streamed = getattr(client.messages, "with_streaming_response", None)
+        if streamed is not None:
+            with streamed.create(**request) as response:
+                text = _read_stream(response, on_piece)
+        else:
+            text = _fold(client.messages.create(**request), on_piece)
+    except StreamBroken:
+        raise
     except Exception as exc:
         status = getattr(exc, "status_code", None)
         if backpressure.is_back_pressure(status):
@@ -161,6 +173,40 @@ def call_model(client: Any, request: dict, *, betas: tuple[str, ...] = ()) -> st
         raise ModelCallFailed(_describe_api_error(exc)) from exc
     backpressure.call_went_through()
     return text
+
+
+def _read_stream(response: Any, on_piece: Callable[[int, str, str], None] | None) -> str:
+    """The reply off an SDK response opened with ``stream=True`` (its status is a 2xx: errors were raised)."""
+    if "text/event-stream" not in (response.headers.get("content-type") or ""):
+        return response.read().decode("utf-8", "replace")  # a whole body, taken as the non-streaming API sends it
+    folder = MessageFolder(on_piece)
+    try:
+        for name, data in sse_events(sse_lines(response.iter_bytes())):
+            folder.feed_sse(name, data)
+    except StreamBroken:
+        raise
+    except Exception as exc:  # the connection dropped or timed out mid-reply
+        raise StreamBroken(_describe_api_error(exc, "the reply's stream broke")) from exc
+    return _folded(folder)
+
+
+def _fold(reply: Any, on_piece: Callable[[int, str, str], None] | None) -> str:
+    """The body of what a client without HTTP responses returned: its events (the offline model's stream),
+    or a whole message (a client that does not stream)."""
+    if hasattr(reply, "to_dict") or hasattr(reply, "http_response") or isinstance(reply, (str, bytes, dict)):
+        return body_text(reply)
+    folder = MessageFolder(on_piece)
+    for event in reply:
+        folder.feed(event)
+    return _folded(folder)
+
+
+def _folded(folder: MessageFolder) -> str:
+    if folder.message is not None and not folder.stopped and folder.problem is None:
+        raise StreamBroken("the reply's stream ended before message_stop")
+    if folder.message is None and folder.problem is None:
+        raise StreamBroken("the reply's stream ended before message_start")
+    return folder.body()
 
 
 def _fit_to_sdk(client: Any, request: dict) -> dict:
@@ -183,7 +229,7 @@ def _fit_to_sdk(client: Any, request: dict) -> dict:
     return fitted
 
 
-def _describe_api_error(exc: BaseException) -> str:
+def _describe_api_error(exc: BaseException, prefix: str | None = None) -> str:
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
@@ -192,6 +238,9 @@ def _describe_api_error(exc: BaseException) -> str:
         err = body.get("error") if isinstance(body.get("error"), dict) else body
         detail = str(err.get("message") or "")
     detail = detail or str(exc)
-    prefix = f"model API error {status} ({name})" if status else f"model API error ({name})"
+    if prefix is not None:
+        prefix = f"{prefix} ({name})"
+    else:
+        prefix = f"model API error {status} ({name})" if status else f"model API error ({name})"
     # Redacted before it is cut: a key straddling the cut must not survive in part.
     return redact_and_cut(f"{prefix}: {' '.join(detail.split())}", 300 + len(prefix) + 2)

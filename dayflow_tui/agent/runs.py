@@ -25,6 +25,7 @@ from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, Ste
 from ..store.retry import patience
 from . import brief, request, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
+from .streaming import OnDelta
 from .budget import check_dollar_budget, previous_call
 from .define import Agent
 from .driver import CancelObserved, Driver, final_state
@@ -92,11 +93,12 @@ def run_brief(store: Store, *, user_msg: str | None = None, model: str | None = 
               on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
               should_stop: Callable[[], bool] | None = None, budget_usd: Decimal | None = None,
               approval_tools: tuple[str, ...] | None = None, agent: Agent | None = None,
-              agent_ref: str | None = None, priority: int = 0) -> RunResult:
+              agent_ref: str | None = None, priority: int = 0, on_delta: OnDelta | None = None) -> RunResult:
     """Start a new run of ``agent`` (default: the built-in brief) and drive it to its end (or until a tool
     call waits for a person). ``agent_ref`` is where the agent is found again (``registry.resolve_ref``).
 
-    ``compact_at`` (estimated tokens of the message list) turns compaction on;
+    ``on_delta`` is told each piece of a reply as it streams in (``streaming.ReplyDelta``, on the driving
+    thread; never stored). ``compact_at`` (estimated tokens of the message list) turns compaction on;
     ``None`` takes ``DAYFLOW_COMPACT_AT``, ``0`` means off. ``budget_usd``
     (None: the ``budget_usd`` setting) is the whole run's dollar limit.
     """
@@ -110,7 +112,7 @@ def run_brief(store: Store, *, user_msg: str | None = None, model: str | None = 
                                           agent=new.columns, priority=priority)
     if on_start is not None:
         on_start(run.id)
-    return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
+    return _drive_leased(store, run.id, lease, client=client, on_step=on_step, on_delta=on_delta,
                          crash_after_step=crash_after_step, should_stop=should_stop, agent=new.agent)
 
 
@@ -134,7 +136,8 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
            max_steps: int | None = None, compact_at: int | None = None, on_step: OnStep | None = None,
            on_start: Callable[[str], None] | None = None, crash_after_step: int | None = None,
            should_stop: Callable[[], bool] | None = None, lease: Lease | None = None,
-           budget_usd: Decimal | None = None, allow_changed_agent: bool = False) -> RunResult:
+           budget_usd: Decimal | None = None, allow_changed_agent: bool = False,
+           on_delta: OnDelta | None = None) -> RunResult:
     """Continue a run where it stopped. A finished run returns its stored result, builds no client, calls nothing.
 
     ``budget_tokens``, ``budget_usd``, ``max_steps`` and ``compact_at`` (``0``: off) replace the run's own
@@ -179,7 +182,7 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
         # Claim-then-drive is one try/finally: nothing between the claim and the drive may leak the lease.
         store.release(lease)
         raise
-    return _drive_leased(store, run.id, lease, client=client, on_step=on_step,
+    return _drive_leased(store, run.id, lease, client=client, on_step=on_step, on_delta=on_delta,
                          crash_after_step=crash_after_step, should_stop=should_stop, agent=agent,
                          validated=validated)
 

@@ -12,7 +12,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 
 One cause, one code, whatever the command: a file or directory a person named that is not there
 (``--db``'s file or its directory, ``import``'s JSONL, ``run``'s agent file) is ``NoSuchFile``, 64.
-- 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``
+- 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``, ``StreamBroken``
 """
 
 
@@ -58,6 +58,19 @@ class RateLimited(ModelCallFailed):
         self.status = status
         self.wait_s = wait_s
         self.run_id = run_id
+
+
+class StreamBroken(DayflowError):
+    """A reply's stream ended before ``message_stop`` (the connection dropped, an ``overloaded_error`` event):
+    no reply came, so none is committed. A failed attempt: the run backs off and is tried again, at most
+    ``max_attempts`` times. ``error_type`` is the API's error type when the stream said why, else None.
+    """
+
+    exit_code = 75
+
+    def __init__(self, message: str, *, error_type: str | None = None):
+        super().__init__(message)
+        self.error_type = error_type
 
 
 class UsageError(DayflowError):

@@ -31,7 +31,8 @@ from . import bindings, ui_state
 from .colours import STATUS_VARIABLES, readable
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
-from .messages import RunFailed, RunFinished, RunStarted, StepCommitted
+from .forming import FormingReply, ReplyPieces
+from .messages import ReplyForming, RunFailed, RunFinished, RunStarted, StepCommitted
 from ..views.reader import Reader
 from .widgets.header import DayflowHeader, HeaderFacts
 from .screens.time_travel import Forked
@@ -108,6 +109,7 @@ class DayflowApp(App):
         self.reconnecting = False
         self.pricing: str | None = None  # a run whose resume waits for its price (then maybe a confirm)
         self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
+        self.forming: dict[str, FormingReply] = {}  # run id -> its reply streaming in now (driven here)
         self._resuming: set[str] = set()
 
     def on_mount(self) -> None:
@@ -423,6 +425,7 @@ class DayflowApp(App):
         watch_drives()  # its spans leave live when the otel_endpoint setting is set
         worker = get_current_worker()
         buffer = StepBuffer(self.post_message)
+        pieces = ReplyPieces(lambda reply: self.post_message(ReplyForming(reply)))
         new = run_id is None
         started: list[str] = [run_id] if run_id else []
 
@@ -431,7 +434,7 @@ class DayflowApp(App):
             self.post_message(RunStarted(rid, new=new))
 
         client = None
-        options: dict[str, Any] = dict(on_step=buffer.add, on_start=on_start,
+        options: dict[str, Any] = dict(on_step=buffer.add, on_start=on_start, on_delta=pieces.add,
                                        should_stop=lambda: worker.is_cancelled)
         try:
             if new:
@@ -484,14 +487,28 @@ class DayflowApp(App):
                 self.screen.select_run(message.run_id)
                 self.open_transcript(message.run_id)
 
+    @on(ReplyForming)
+    def _reply_forming(self, message: ReplyForming) -> None:
+        if self.driving != message.run_id:
+            return  # a late message of a drive that has ended
+        self.forming[message.run_id] = message.reply
+        for screen in self.screen_stack:
+            hook = getattr(screen, "reply_forming", None)
+            if hook is not None:
+                hook(message.run_id)
+
     @on(StepCommitted)
     def _step_committed(self, message: StepCommitted) -> None:
+        forming = self.forming.get(message.run_id)
+        if forming is not None and any(e.n >= forming.n for e in message.events):
+            del self.forming[message.run_id]  # the committed step replaces what was drawn as it arrived
         self._fan_out(message.run_id)
 
     @on(RunFinished)
     def _run_finished(self, message: RunFinished) -> None:
         result = message.result
         self.driving = None
+        self.forming.pop(result.run_id, None)
         saved = ""
         if result.run_id in self._resuming:
             self._resuming.discard(result.run_id)
@@ -512,6 +529,7 @@ class DayflowApp(App):
     @on(RunFailed)
     def _run_failed(self, message: RunFailed) -> None:
         self.driving = None
+        self.forming.pop(message.run_id, None)
         where = f"Run {message.run_id}" if message.run_id else "The run"
         self._resuming.discard(message.run_id)
         self.notify(f"{where} stopped: {printable(one_line(message.error, 300))}. It can be resumed.",

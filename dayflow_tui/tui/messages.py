@@ -9,6 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from ..agent.events import RunResult, StepEvent
+from .forming import FormingReply
 
 
 class RunStarted(Message):
@@ -27,6 +28,18 @@ class StepCommitted(Message):
         super().__init__()
         self.run_id = run_id
         self.events = events
+
+
+class ReplyForming(Message):
+    """A reply streaming in, as far as it has come (a newer one of the same run replaces it in the queue)."""
+
+    def __init__(self, reply: FormingReply) -> None:
+        super().__init__()
+        self.reply = reply
+        self.run_id = reply.run_id
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ReplyForming) and message.run_id == self.run_id
 
 
 class RunFinished(Message):

@@ -110,7 +110,7 @@ class _RunsLong(CountingClient):
     """The offline model's answers, except that the second reply runs to whatever max_tokens allows."""
 
     def create(self, **request):
-        message = super().create(**request)
+        message = super().create(**{**request, "stream": False})  # a whole reply, edited below
         if self.calls != 2:
             return message
         payload = message.to_dict(mode="json")

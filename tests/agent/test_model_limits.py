@@ -15,7 +15,7 @@ from anthropic import _constants as sdk_constants
 from anthropic.types import Message
 
 from dayflow_tui.agent import brief
-from dayflow_tui.agent.model_limits import BUILTIN, FALLBACK, NONSTREAMING_MAX, limits_for
+from dayflow_tui.agent.model_limits import BUILTIN, FALLBACK, limits_for
 from dayflow_tui.agent.request import build_request
 from dayflow_tui.agent.runs import run_brief
 
@@ -47,17 +47,6 @@ def cut_off_call(n: int) -> dict:
             "input": {"title": "Follow", "idempotency_key": f"k-{n}"}}
 
 
-def test_a_cut_off_tool_call_on_claude_opus_4_0_is_retried_within_the_sdks_unstreamed_limit(store, api):
-    # Reported bug: the retry asked for 16,384 tokens; the SDK refuses that for claude-opus-4-0 without
-    # streaming ("Streaming is required..."), so the run failed before any call was made.
-    api.planned[1] = checked(message_reply([cut_off_call(1)], "max_tokens"))
-    api.planned[2] = checked(message_reply([{"type": "text", "text": "Done."}], "end_turn"))
-    result = run_brief(store, model="claude-opus-4-0")
-    assert result.status == "done" and api.calls == 2
-    sizes = [r["max_tokens"] for r in api.requests]
-    assert sizes == [8192, 8192]  # the model's 32K, kept to the SDK's 8,192 for Opus 4 without streaming
-
-
 def test_the_retry_after_a_cut_off_call_gets_more_room_once_but_never_past_the_model(store, api, monkeypatch):
     agent = dataclasses.replace(brief.AGENT, max_tokens=2000)
     for n in (1, 2):
@@ -74,28 +63,28 @@ def test_the_retry_after_a_cut_off_call_gets_more_room_once_but_never_past_the_m
     assert [r["max_tokens"] for r in api.requests] == [2000, 3000]  # the settings file's limit holds the retry
 
 
-def test_with_no_max_tokens_a_call_asks_for_the_models_longest_reply_the_sdk_sends_unstreamed():
+def test_with_no_max_tokens_a_call_asks_for_the_models_longest_reply():
     agent = brief.AGENT
     assert build_request("claude-haiku-3-5-20241022", [], agent)["max_tokens"] == 4096  # unknown: the fallback
     assert build_request("claude-3-5-haiku-20241022", [], agent)["max_tokens"] == 8192
-    assert build_request("claude-sonnet-4-5-20250929", [], agent)["max_tokens"] == NONSTREAMING_MAX
-    assert build_request("claude-opus-4-0", [], agent)["max_tokens"] == 8192
+    assert build_request("claude-sonnet-4-5-20250929", [], agent)["max_tokens"] == 64000
+    assert build_request("claude-opus-4-0", [], agent)["max_tokens"] == 32000
     assert build_request("offline", [], agent)["max_tokens"] == 4096
     assert build_request("claude-sonnet-4-5", [], dataclasses.replace(agent, max_tokens=20000))["max_tokens"] == 20000
 
 
-def test_the_unstreamed_limits_are_the_installed_sdks_own():
+def test_a_long_request_the_sdk_refuses_unstreamed_goes_through_because_every_call_streams(store, api):
+    """The issue's exit 5: after a cut-off tool call the retry asked Opus 4 for 16,384 tokens, which the SDK
+    refuses without streaming ("Streaming is required"). Every call streams now: the retry is sent and paid once."""
     client = anthropic.Anthropic(api_key="sk-ant-test-limits", base_url="http://127.0.0.1:9")
-    client._calculate_nonstreaming_timeout(NONSTREAMING_MAX, None)
     with pytest.raises(ValueError, match="Streaming is required"):
-        client._calculate_nonstreaming_timeout(NONSTREAMING_MAX + 1, None)
-    for model, most in sdk_constants.MODEL_NONSTREAMING_TOKENS.items():
-        limits = limits_for(model)
-        if limits.known:
-            assert limits.sendable() <= most, model
-            client._calculate_nonstreaming_timeout(limits.sendable(), most)
-    for model, limits in BUILTIN.items():  # every model the table knows: its largest request is accepted
-        client._calculate_nonstreaming_timeout(limits.sendable(), sdk_constants.MODEL_NONSTREAMING_TOKENS.get(model))
+        client._calculate_nonstreaming_timeout(16384, sdk_constants.MODEL_NONSTREAMING_TOKENS.get("claude-opus-4-0"))
+    api.planned[1] = checked(message_reply([cut_off_call(1)], "max_tokens"))
+    api.planned[2] = checked(message_reply([{"type": "text", "text": "Done."}], "end_turn"))
+    result = run_brief(store, model="claude-opus-4-0", agent=dataclasses.replace(brief.AGENT, max_tokens=8000))
+    assert (result.status, result.calls) == ("done", 2)
+    assert [r["max_tokens"] for r in api.requests] == [8000, 16384]
+    assert all(r["stream"] is True for r in api.requests)
 
 
 def test_model_ids_match_by_their_longest_known_prefix_and_unknown_ids_fall_back(monkeypatch):

@@ -40,7 +40,7 @@ class RecordingClient(CountingClient):
         self.replies: list[OfflineMessage] = []
 
     def create(self, **request):
-        reply = super().create(**request)
+        reply = super().create(**{**request, "stream": False})  # whole replies, to compare with the SDK's
         self.replies.append(reply)
         return reply
 

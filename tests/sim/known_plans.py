@@ -61,4 +61,12 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
                Action("cancel", pick=0.4, pick2=0.9, kill=("after-cancel", 1, 0.3)),
                Action("cancel", pick=0.0, pick2=0.1), Action("cancel", pick=0.99, pick2=0.1), Action("worker"),
                Action("fork", pick=0.99, pick2=0.2)))),
+        # Streaming (issue #26), met every time: two replies cut part-way (closed, or overloaded_error mid-stream)
+        # are failed attempts, never committed; the run backs off, a worker and a resume finish it, one paid
+        # call per committed step.
+        ("replies whose streams break part-way, then a worker and a resume",
+         Plan("known:broken-stream", backend,
+              AgentSpec((_LOOK, ToolSpec("put_0", IDEMPOTENT, "idempotent"), ToolSpec("send_0", PLAIN, "plain"))),
+              (Action("start", fault=("broken_stream", 0.0, 2)), Action("worker", fault=("broken_stream", 0.0, 1)),
+               Action("resume"), Action("worker")))),
     ]

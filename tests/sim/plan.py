@@ -38,8 +38,8 @@ DRIVING = {"start", "resume", "worker", "approve", "approve_one", "deny", "edit_
 # (the server holds the answer), or at a random time.
 KILL_MOMENTS = ("body", "commit", "committed", "api", "anytime")
 # Faults laid over one driving action.
-FAULTS = {"sqlite": ("burst429", "burst529", "lock", "store_error"),
-          "postgres": ("burst429", "burst529", "lock", "store_error", "pg_drop")}
+FAULTS = {"sqlite": ("burst429", "burst529", "lock", "store_error", "broken_stream"),
+          "postgres": ("burst429", "burst529", "lock", "store_error", "pg_drop", "broken_stream")}
 EDITS = ("kind", "approval", "prompt")
 
 
@@ -110,6 +110,8 @@ def draw_action(rng: random.Random, backend: str) -> Action:
             fault = (kind, rng.choice((0.2, 0.5, 1.0)), rng.randint(1, 4))
         elif kind == "lock":
             fault = (kind, round(rng.uniform(0.2, 2.0), 2), 1)
+        elif kind == "broken_stream":
+            fault = (kind, 0.0, rng.randint(1, 3))
         else:
             fault = (kind, 0.0, 1)
     if verb == "cancel":

@@ -10,8 +10,11 @@ unique across runs and processes).
 
 Every request is recorded with the process that sent it (the
 ``x-sim-process`` header each ``dayflow`` process is given) and what it was
-answered: only a 200 is a paid call. ``burst(status, count, retry_after)``
-answers the next ``count`` requests 429 or 529 with ``retry-after``;
+answered: only a 200 is a paid call. Every reply is streamed as server-sent
+events when the request asks for it (Dayflow's always do).
+``burst(status, count, retry_after)`` answers the next ``count`` requests 429
+or 529 with ``retry-after``; ``break_streams(count, error_type)`` cuts the
+next ``count`` replies' streams part-way (recorded as ``BROKEN``, not paid);
 ``delay`` holds each answer (a call in flight, for kills mid-call);
 ``on_request(tag)`` runs as a request arrives, before it is answered.
 Requests are checked against the Messages API's structural rules
@@ -31,10 +34,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from ..api_rules import problems as request_problems
+from dayflow_tui.agent.streaming import events_of, sse_bytes
+
 from ..loopback_api import FAKE_KEY, error_reply
 
 PROCESS_HEADER = "x-sim-process"
-MODEL = "claude-loopback-1"  # any name but "offline": the real SDK is used
+MODEL = "claude-loopback-1"
+BROKEN = 0  # a reply whose stream was cut: recorded with this status, never paid  # any name but "offline": the real SDK is used
 
 
 @dataclass
@@ -58,6 +64,8 @@ class ScriptedModel:
         self.agent_tools: set[str] | None = None  # the tools every request must offer: the simulated agent's
         self._serial = 0
         self._burst: list[tuple[int, float]] = []
+        self._breaks: list[tuple[int, str | None]] = []  # replies to cut: (events sent first, error event type)
+        self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -155,6 +163,9 @@ class ScriptedModel:
                 self.problems.append(f"{tag} asked for step {step} with tools {sorted(offered)}, not the run's "
                                      f"agent's {sorted(self.agent_tools)}")
             planned = self._burst.pop(0) if self._burst else None
+            breaking = None
+            if planned is None and self._breaks:
+                breaking = self._breaks.pop(0)
         if self.on_request is not None:
             self.on_request(tag)
         if planned is not None:
@@ -164,10 +175,23 @@ class ScriptedModel:
             if self.delay:
                 self.server.stopping.wait(self.delay)
             reply = (200, {}, self.reply(body))
+            if breaking is not None:
+                reply = (BROKEN, {"after": breaking[0], "error_type": breaking[1]}, reply[2])
         with self._lock:
             first = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
             self.requests.append(Request(tag, reply[0], step, first if isinstance(first, str) else "", arrived))
         return reply
+
+    def break_streams(self, count: int, error_type: str | None) -> None:
+        """Cut the next ``count`` replies' streams part-way (the connection closes, or an ``error`` event such
+        as ``overloaded_error`` ends it): no reply is delivered, so none is paid."""
+        with self._lock:
+            self._breaks = [(self._rng.randint(1, 6), error_type)] * count
+
+    def end_breaks(self) -> int:
+        with self._lock:
+            left, self._breaks = len(self._breaks), []
+        return left
 
     def _handler(self):
         model = self
@@ -189,6 +213,19 @@ class ScriptedModel:
                     status, headers, reply = 200, {}, {"input_tokens": 100}
                 else:
                     status, headers, reply = model._answer(self.headers.get(PROCESS_HEADER, "?"), body)
+                if status in (200, BROKEN) and body.get("stream"):
+                    events = list(events_of(reply))
+                    if status == BROKEN:
+                        events = events[:headers["after"]]
+                        if headers["error_type"]:
+                            events.append({"type": "error", "error": {"type": headers["error_type"],
+                                                                      "message": "simulated"}})
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    self.wfile.write(sse_bytes(events))
+                    self.close_connection = True
+                    return
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")

@@ -392,6 +392,9 @@ class _Fault:
             started.wait(30)
         elif kind == "store_error":
             world.set_store_fault(True)
+        elif kind == "broken_stream":
+            # Half the cuts end with the API's mid-stream overloaded_error, half with a closed connection.
+            world.model.break_streams(count, "overloaded_error" if world.rng.random() < 0.5 else None)
         elif kind == "pg_drop" and world.proxy is not None:
             # The connection is cut as a step's commit is sent (or just after the server answered it).
             self.trigger = world.proxy.arm('INSERT INTO "steps"', "COMMIT", deliver=world.rng.random() < 0.5)
@@ -408,6 +411,8 @@ class _Fault:
             self.thread.join(30)
         elif kind == "store_error":
             self.world.set_store_fault(False)
+        elif kind == "broken_stream":
+            self.world.model.end_breaks()
         elif self.trigger is not None:
             self.world.proxy.disarm(self.trigger)
 

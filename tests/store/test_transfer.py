@@ -232,6 +232,8 @@ def test_anthropic_export_is_a_request_the_api_takes(tmp_path, db_path):
 
     with LoopbackAPI() as api:
         client = anthropic.Anthropic(api_key="sk-ant-test-replay", base_url=api.url)
-        reply = client.messages.create(**bodies[1])
+        assert bodies[1].pop("stream") is True  # the run's calls stream; the SDK's helper asks for that itself
+        with client.messages.stream(**bodies[1]) as stream:
+            reply = stream.get_final_message()  # folded by the SDK's own accumulator from the loopback's events
         assert reply.stop_reason in ("tool_use", "end_turn") and api.calls == 1
         assert api.requests[0]["messages"] == bodies[1]["messages"]

@@ -100,16 +100,28 @@ class ResumeControls(Screen):
         live = self.query_one("#live", Static)
         run = self.run
         blocker = self.app.resume_blocker(run) if run is not None else None
-        if self.app.driving == self.run_id:
-            live.update(Content.styled(f"▶ driving this run here: {run.step_count} step"
-                                       f"{'s' if run.step_count != 1 else ''} committed, waiting for the model…",
-                                       "bold"))
+        if self.app.driving == self.run_id and run is not None:
+            committed = f"▶ driving this run here: {run.step_count} step{'s' if run.step_count != 1 else ''} committed"
+            forming = self.app.forming.get(self.run_id)
+            if forming is None:
+                live.update(Content.styled(f"{committed}, waiting for the model…", "bold"))
+            else:
+                # The reply as it streams in (the model's words: plain text, controls escaped, never markup).
+                width = max((live.size.width or self.app.size.width) - 4, 20)
+                lines = forming.lines(width, most=3 if self.app.size.height < 30 else 5)
+                live.update(Content("\n").join([Content.styled(f"{committed}, step {forming.n} arriving:", "bold"),
+                                                *(Content("  " + line) for line in lines)]))
             live.display = True
         elif blocker and blocker.startswith("held by"):
             live.update(Content.styled(f"▶ {printable(blocker)}: watching it live; resume is disabled", "bold"))
             live.display = True
         else:
             live.display = False
+
+    def reply_forming(self, run_id: str) -> None:
+        """The app's fan-out: a reply of ``run_id`` came further (drawn from what the message carried)."""
+        if run_id == self.run_id and self.is_mounted:
+            self._draw_live()
 
     def action_resume(self) -> None:
         self.app.resume_run(self.run_id, run=self.run)
