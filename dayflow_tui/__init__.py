@@ -4,7 +4,8 @@ The public API, for agents written as code::
 
     from dayflow_tui import Agent, tool
 
-``Agent``, ``tool``, ``Param`` and ``ToolContext`` (``agent.define``) and
+``Agent``, ``tool``, ``Param`` and ``ToolContext`` (``agent.define``), ``Image`` and ``Document`` (what a
+tool may return besides JSON: ``agent.tool_content``) and
 ``open_store`` (``store``) are imported when first asked for, so
 ``import dayflow_tui`` costs nothing: the SDK (``anthropic``), Textual and
 Peewee stay out of every process that does not use them (the CLI's reading
@@ -17,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Agent", "Param", "ToolContext", "__version__", "open_store", "tool"]
+__all__ = ["Agent", "Document", "Image", "Param", "ToolContext", "__version__", "open_store", "tool"]
 
 if TYPE_CHECKING:
     from .agent.define import Agent, Param, ToolContext, tool
+    from .agent.tool_content import Document, Image
     from .store import open_store
 
 
@@ -30,6 +32,10 @@ def __getattr__(name: str) -> Any:
         from .agent import define
 
         value = getattr(define, name)
+    elif name in ("Image", "Document"):
+        from .agent import tool_content
+
+        value = getattr(tool_content, name)
     elif name == "open_store":
         from .store import open_store as value
     else:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..store import Store
 from ..testhook import pause_point
+from .tool_content import ToolContentError, content_blocks, is_rich
 
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
@@ -124,7 +125,13 @@ def cut_off_results(assistant_blocks: list[dict]) -> list[dict]:
 
 
 def _result(block: dict, payload: Any, is_error: bool) -> dict:
-    content = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
+    if is_rich(payload):  # images, documents, a list of blocks: sent as the API's content blocks
+        try:
+            content: Any = content_blocks(payload)
+        except ToolContentError as exc:
+            content, is_error = json.dumps(_error("bad_content", str(exc)), ensure_ascii=False), True
+    else:
+        content = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
     result = {"type": "tool_result", "tool_use_id": block.get("id"), "content": content}
     if is_error:
         result["is_error"] = True

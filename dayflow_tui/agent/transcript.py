@@ -104,8 +104,23 @@ def _summarise(call: ToolCall) -> None:
 def _result_text(block: dict) -> str:
     content = block.get("content")
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return " ".join(_part_text(part) for part in content if isinstance(part, dict))
     return "" if content is None else str(content)
+
+
+def _part_text(part: dict) -> str:
+    """A content block as a line: its text, or what an image or document is (never its data)."""
+    if part.get("type") in ("image", "document"):
+        source = part.get("source") if isinstance(part.get("source"), dict) else {}
+        data = source.get("data")
+        size = f" {_size(data)}" if isinstance(data, str) and not data.startswith("dayflow-blob:") else ""
+        return f"[{part['type']} {source.get('media_type', '?')}{size}]"
+    return str(part.get("text", ""))
+
+
+def _size(base64_text: str) -> str:
+    size = len(base64_text) * 3 // 4
+    return f"{size / 1024 / 1024:.1f} MB" if size >= 1024 * 1024 else f"{max(size // 1024, 1)} KB"
 
 
 def build_steps(steps: list, model: str | None = None, *, spent: Cost | None = None,

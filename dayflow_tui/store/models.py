@@ -257,6 +257,22 @@ class Approval(BaseModel):
         indexes = ((("run", "tool_use_id"), True), (("state", "requested_at"), False))
 
 
+class Blob(BaseModel):
+    """A large base64 payload (an image or document a tool returned), kept once by its SHA-256.
+
+    A tool result is written twice (the call's journal row, then the step's results) and a fork copies
+    both: each holds ``dayflow-blob:sha256:HEX`` in place of the data (``tables/blobs.py``), and reading a
+    history for a request puts the data back.
+    """
+
+    sha256 = CharField(primary_key=True, max_length=64)
+    data = TextField()  # the base64 text as the API takes it
+    size = IntegerField()  # characters of ``data``
+
+    class Meta:
+        table_name = "blobs"
+
+
 class StoreMeta(BaseModel):
     """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
 
@@ -282,5 +298,5 @@ class ChangeCounter(BaseModel):
         table_name = "dayflow_changes"
 
 
-MODELS = (Run, Step, Task, RunResume, Approval)
+MODELS = (Run, Step, Task, RunResume, Approval, Blob)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

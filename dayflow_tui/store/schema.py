@@ -17,7 +17,7 @@ import peewee
 
 from .. import clock
 from ..config.errors import StoreError
-from .models import MODELS, POSTGRES_MODELS, Approval, Run, Step, Task
+from .models import MODELS, POSTGRES_MODELS, Approval, Blob, Run, Step, Task
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
 from .tables.resumes import add_resumes_table
@@ -144,11 +144,17 @@ def _add_title(store: "StoreHandle") -> None:
     add_column(store, Run, Run.title)
 
 
+def _add_blobs(store: "StoreHandle") -> None:
+    """Schema 15: large images and documents from tools, kept once by their hash (``tables/blobs.py``)."""
+    store.db.create_tables([Blob], safe=True)
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
-                                                    _add_cancel_and_priority, _add_title, _add_call_charges)
+                                                    _add_cancel_and_priority, _add_title, _add_call_charges,
+                                                    _add_blobs)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

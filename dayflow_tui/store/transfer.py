@@ -40,6 +40,7 @@ import peewee
 from .. import clock
 from ..config.errors import ArchiveError, NoSuchFile, StoreError, UsageError
 from .models import Approval, Run, RunResume, Step, Task
+from .tables import blobs
 from .retry import store_call
 from .schema import SCHEMA_VERSION
 from .search.index import index_runs
@@ -109,15 +110,20 @@ def run_records(store: "StoreHandle", run_id: str) -> list[dict[str, Any]]:
         if run is None:
             return []
         records = [{"kind": "run", "row": row_of(Run, run)}]
-        records += [{"kind": "step", "row": row_of(Step, s)}
+        # Images and documents kept once by hash (``tables/blobs``) leave with their data: a file stands alone.
+        records += [{"kind": "step", "row": _with_data(store, row_of(Step, s), "tool_results")}
                     for s in Step.select().where(Step.run == run_id).order_by(Step.n)]
         records += [{"kind": "resume", "row": row_of(RunResume, r)}
                     for r in RunResume.select().where(RunResume.run == run_id).order_by(RunResume.id)]
-        records += [{"kind": "approval", "row": row_of(Approval, a)}
+        records += [{"kind": "approval", "row": _with_data(store, row_of(Approval, a), "result")}
                     for a in Approval.select().where(Approval.run == run_id).order_by(Approval.id)]
         records += [{"kind": "task", "row": row_of(Task, t)}
                     for t in Task.select().where(Task.run == run_id).order_by(Task.id)]
     return records
+
+
+def _with_data(store: StoreHandle, row: dict[str, Any], column: str) -> dict[str, Any]:
+    return {**row, column: blobs.resolve(store, row[column])}
 
 
 @contextlib.contextmanager
@@ -443,12 +449,14 @@ def import_archive(store: "StoreHandle", archive: Archive, *, as_new: bool = Fal
                 report.runs.append((old, row["id"]))
             elif kind == "step":
                 # The store's cached INSERT (its per-step hot path): building each with Peewee cost 5x more.
+                row = {**row, "tool_results": blobs.externalise(store, row["tool_results"] or "") or None}
                 store.db.execute_sql(*_insert_statement(store.db, Step, {**_fields(Step, row), "index_pending": 0}))
                 report.steps += 1
             elif kind == "resume":
                 _insert_keeping_id(RunResume, row, report)
                 report.resumes += 1
             elif kind == "approval":
+                row = {**row, "result": blobs.externalise(store, row["result"] or "") or None}
                 _insert_keeping_id(Approval, row, report)
                 report.approvals += 1
             elif kind == "task":

@@ -22,6 +22,7 @@ from ...safe_text import printable
 from ...testhook import pause_point
 from ..leases import Lease, cancel_words, forget_token, new_token
 from ..models import Approval, Run
+from . import blobs
 from ..retry import attempt_number, store_call
 from ..status import RunStatus
 from .runs import set_run
@@ -98,7 +99,10 @@ def approvals(store: StoreHandle, run_id: str, n: int | None = None) -> list[App
     query = Approval.select().where(Approval.run == run_id)
     if n is not None:
         query = query.where(Approval.n == n)
-    return list(query.order_by(Approval.n, Approval.id))
+    rows = list(query.order_by(Approval.n, Approval.id))
+    for row in rows:  # a kept result is reused as the call's answer: images and documents go back in
+        row.result = blobs.resolve(store, row.result)
+    return rows
 
 
 @store_call
@@ -201,8 +205,8 @@ def start_call(store: StoreHandle, run_id: str, n: int, block: dict, lease: Leas
 @store_call(retry_for=_commit_window)
 def keep_call_result(store: StoreHandle, run_id: str, n: int, block: dict, result: dict, lease: Lease) -> None:
     """Commit one call's result as it completes: after a crash it is reused, never run again."""
-    encoded = json.dumps(result, ensure_ascii=False)
     with store.write_transaction():
+        encoded = blobs.externalise(store, json.dumps(result, ensure_ascii=False))
         set_run(store, run_id, lease)
         updated = (Approval.update(result=encoded, result_at=store.dialect.now())
                    .where(Approval.run == run_id, Approval.tool_use_id == str(block.get("id") or ""),
@@ -231,7 +235,8 @@ def answer_call(store: StoreHandle, run_id: str, tool_use_id: str, result: dict,
     """Keep an approved (or denied) call's answer, so a crash after it never runs the call again."""
     with store.write_transaction():
         set_run(store, run_id, lease)
-        (Approval.update(result=json.dumps(result, ensure_ascii=False), result_at=store.dialect.now())
+        (Approval.update(result=blobs.externalise(store, json.dumps(result, ensure_ascii=False)),
+                         result_at=store.dialect.now())
          .where(Approval.run == run_id, Approval.tool_use_id == tool_use_id, Approval.result.is_null())
          .execute())
         pause_point("answer")

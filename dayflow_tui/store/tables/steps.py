@@ -23,6 +23,7 @@ from ..leases import Lease, note_cancel
 from ..models import Run, Step
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_end
+from . import blobs
 
 if TYPE_CHECKING:
     from ..handle import StoreHandle
@@ -159,6 +160,7 @@ def set_tool_results(store: StoreHandle, run_id: str, n: int, results: list[dict
         # not that the new owner has already recorded these results.
         if store.db.execute_sql(*_touch_run_statement(store.db, now, run_id, lease)).rowcount != 1:
             raise RunBusy(f"run {run_id} was taken over by another process")
+        encoded = blobs.externalise(store, encoded)  # large images and documents: kept once, by hash
         cursor = store.db.execute_sql(*_tool_results_statement(store.db, encoded, now, run_id, n))
         if cursor.rowcount != 1:
             stored = Step.get_or_none((Step.run == run_id) & (Step.n == n))
@@ -192,7 +194,10 @@ def replay_steps(store: StoreHandle, run_id: str) -> list[ReplayStep]:
     sql, params = (Step.select(Step.run, Step.n, Step.stop_reason, Step.assistant, Step.tool_results,
                                Step.input_tokens, Step.output_tokens)
                    .where(Step.run == run_id).order_by(Step.n).sql())
-    return list(map(ReplayStep._make, store.db.execute_sql(sql, params)))
+    rows = list(map(ReplayStep._make, store.db.execute_sql(sql, params)))
+    # Images and documents kept by hash go back in: the history is read here to be sent.
+    return [row if row.tool_results is None or blobs.MARKER not in row.tool_results
+            else row._replace(tool_results=blobs.resolve(store, row.tool_results)) for row in rows]
 
 
 @store_call
