@@ -35,23 +35,25 @@ class FormingReply:
 
     def lines(self, width: int, most: int = 4) -> list[str]:
         """At most ``most`` lines of at most ``width`` characters: the newest of what is arriving."""
-        out: list[str] = []
+        out: list[tuple[str, str]] = []  # (a head kept whole, the text whose newest end is shown)
         for block in self.blocks:
             if block.kind == "thinking":
-                out.append(f"thinking… ({block.size:,} characters, folded)")
+                out.append((f"thinking… ({block.size:,} characters, folded)", ""))
             elif block.kind == "text":
-                out.extend(line for line in block.text.splitlines()[-most:] if line.strip())
+                out.extend(("", line) for line in block.text.splitlines()[-most:] if line.strip())
             elif block.name:
-                out.append(f"⚙ {block.name} {' '.join(block.text.split())}")
+                out.append((f"⚙ {block.name} ", " ".join(block.text.split())))
             else:
-                out.append(f"[{block.kind}]")
+                out.append((f"[{block.kind}]", ""))
         cut = max(width, 8)
-        return [_fit(printable(line), cut) for line in out[-most:]]
+        return [_fit(printable(head), printable(text), cut) for head, text in out[-most:]]
 
 
-def _fit(line: str, width: int) -> str:
-    line = line.replace("\t", " ")
-    return line if len(line) <= width else "…" + line[-(width - 1):]  # the newest end shows what moves
+def _fit(head: str, text: str, width: int) -> str:
+    """``head`` then ``text`` in ``width``: the tool's name stays, the newest end of what moves is shown."""
+    head, text = head.replace("\t", " ")[:width - 2], text.replace("\t", " ")
+    room = width - len(head)
+    return head + (text if len(text) <= room else "…" + text[-(room - 1):])
 
 
 class ReplyPieces:

@@ -63,10 +63,10 @@ async def test_the_live_line_shows_the_reply_arriving_then_the_committed_step_re
 def test_forming_lines_are_plain_text_the_newest_end_shown_and_thinking_folded():
     reply = FormingReply("r", 3, (FormingBlock("thinking", "", "secret chain of thought", 23),
                                   FormingBlock("text", "", "first line\n" + HOSTILE, 40),
-                                  FormingBlock("tool_use", "create_task", '{"title": "Reply to D', 21)))
+                                  FormingBlock("tool_use", "create_task", '{"idempotency_key": "mail-1", "title": "Reply to D', 50)))
     lines = reply.lines(width=40, most=4)
     assert lines[0] == "thinking… (23 characters, folded)"
     assert "secret" not in " ".join(lines)
     assert "\x1b" not in " ".join(lines) and "\\x1b" in lines[2]  # controls shown as escapes
-    assert lines[-1].startswith("⚙ create_task") or lines[-1].startswith("…")
+    assert lines[-1].startswith("⚙ create_task …") and lines[-1].endswith("Reply to D")  # name kept, newest end
     assert all(len(line) <= 40 for line in lines)

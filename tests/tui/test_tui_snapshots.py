@@ -9,6 +9,7 @@ Update with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and rev
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -123,6 +124,49 @@ def test_resume_in_progress(snap_compare, tui_store):
         # Step 2 committed with its tool results, step 3's model call under way.
         await wait_for(pilot, lambda: gate.waiting.is_set() and len(screen.views) == 2
                        and screen.steps[-1][1] and screen.query_one("#live").display)
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+class _HeldMidStream(GateClient):
+    """The offline model; after the first ``free`` calls, a reply streams its first ``held_at`` events and then
+    holds until the app stops (a reply half-way in, for the snapshot)."""
+
+    held_at = 14
+
+    def create(self, **request):
+        self.calls += 1
+        events = self._offline.messages.create(**request)
+        if self.calls <= self.free:
+            return events
+
+        def held():
+            for number, event in enumerate(events):
+                if number == self.held_at:
+                    self.waiting.set()
+                    deadline = time.monotonic() + 60
+                    while self.app is not None and self.app.is_running and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                yield event
+
+        return held()
+
+
+def test_reply_arriving_mid_stream(snap_compare, tui_store):
+    """Step 2's reply half-way in: the live line shows its text and the tool call forming (issue #26)."""
+    demo_data.interrupted_run(tui_store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
+    gate = _HeldMidStream(free=0)
+    app = DayflowApp(tui_store, client_factory=lambda model: gate)
+    gate.app = app
+    opened = _open_run("run-crash-001")
+
+    async def run_before(pilot):
+        await opened(pilot)
+        await pilot.press("r")
+        live = pilot.app.screen.query_one("#live")
+        await wait_for(pilot, lambda: gate.waiting.is_set() and "arriving" in str(live.render()))
+        await pilot.pause(0.2)  # the last pieces' message (posted at most every 50 ms) is drawn
         await wait_for(pilot, lambda: footer_ready(pilot.app))
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
