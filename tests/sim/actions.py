@@ -24,6 +24,10 @@ def perform(world: World, action: Action) -> list[str]:
     if verb in ("start", "queue"):
         task = f"sim task {len(snap.runs) + 1}: {world.plan.seed}"  # each run its own script
         args = ["run", f"{world.agent_path}:agent", task, "--model", MODEL] + (["--queue"] if verb == "queue" else [])
+        if action.pick2 < 0.5:
+            # Compaction on (issue #26): a reply that fills the context window is compacted and goes on; without
+            # it the same reply fails the run, saying to fork with compaction on.
+            args += ["--compact-at", "400"]
         world.run_one(*args, kill=kill, fault=fault)
         return []
     if verb == "worker":

@@ -48,8 +48,10 @@ def check_process(proc: Proc) -> list[str]:
                         "(a retry loop or a hang)")
     if "Traceback (most recent call last)" in proc.err:
         problems.append(f"{proc.tag} printed a traceback: {proc.err.strip().splitlines()[-1][:200]}")
+    last_line = (proc.err.strip().splitlines() or [""])[-1]
+    # The line it exited with: a wait notice earlier on stderr ("529 ... waiting") is the CLI doing it right.
     if (proc.backpressure and not proc.killed and proc.exit_code != 0 and proc.argv[1] in ("run", "resume")
-            and BACK_PRESSURE.search(proc.err)):
+            and BACK_PRESSURE.search(last_line)):
         problems.append(f"{proc.tag} `{' '.join(proc.argv[1:3])}` gave up on back-pressure (exit {proc.exit_code}: "
                         f"{proc.err.strip().splitlines()[-1][:160]}) instead of waiting out retry-after")
     if proc.exit_code == 70:

@@ -15,6 +15,8 @@ events when the request asks for it (Dayflow's always do).
 ``burst(status, count, retry_after)`` answers the next ``count`` requests 429
 or 529 with ``retry-after``; ``break_streams(count, error_type)`` cuts the
 next ``count`` replies' streams part-way (recorded as ``BROKEN``, not paid);
+some seeded steps' replies fill the context window (``model_context_window_exceeded``: compacted and
+continued on a run with ``--compact-at``, else the run fails saying why);
 ``delay`` holds each answer (a call in flight, for kills mid-call);
 ``on_request(tag)`` runs as a request arrives, before it is answered.
 Requests are checked against the Messages API's structural rules
@@ -66,6 +68,7 @@ class ScriptedModel:
         self._burst: list[tuple[int, float]] = []
         self._breaks: list[tuple[int, str | None]] = []  # replies to cut: (events sent first, error event type)
         self._rng = random.Random(seed)
+        self.replies: dict[str, int] = {}  # by stop reason, and "broken" for a cut stream
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -124,7 +127,11 @@ class ScriptedModel:
         with self._lock:
             self._serial += 1
             serial = self._serial
-        if step >= last_step or not tools:
+        overflow = step >= 2 and rng.random() < 0.15  # the seeded steps whose reply fills the context window
+        if overflow and step < last_step:
+            content = [{"type": "text", "text": f"Step {step}: the context window is full (reply {serial})."}]
+            stop = "model_context_window_exceeded"
+        elif step >= last_step or not tools:
             content = [{"type": "text", "text": f"Done after {step - 1} step(s) of tools (reply {serial})."}]
             stop = "end_turn"
         else:
@@ -178,6 +185,9 @@ class ScriptedModel:
             if breaking is not None:
                 reply = (BROKEN, {"after": breaking[0], "error_type": breaking[1]}, reply[2])
         with self._lock:
+            if reply[0] in (200, BROKEN):
+                kind = "broken" if reply[0] == BROKEN else str(reply[2].get("stop_reason"))
+                self.replies[kind] = self.replies.get(kind, 0) + 1
             first = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
             self.requests.append(Request(tag, reply[0], step, first if isinstance(first, str) else "", arrived))
         return reply

@@ -66,6 +66,7 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
             outcome.problems += [f"after settling: {p}" for p in problems]
         time.sleep(LATE_REQUEST_S)
         outcome.problems += [f"calls: {p}" for p in check_calls(world, final=True)]
+        outcome.replies = dict(model.replies)
     outcome.seconds = time.monotonic() - started
     return outcome
 

@@ -90,7 +90,8 @@ def _record(report: str, backend: str, index: int, plan: Plan, outcome) -> None:
                              "processes": outcome.processes, "kills": outcome.kills,
                              "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
                              "skipped": outcome.skipped, "verbs": outcome.verbs, "faults": outcome.faults,
-                             "kills_at": outcome.kills_at, "problems": outcome.problems}) + "\n")
+                             "kills_at": outcome.kills_at, "replies": outcome.replies,
+                             "problems": outcome.problems}) + "\n")
 
 
 def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):

@@ -144,6 +144,7 @@ class Outcome:
     verbs: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)  # faults laid over a process
     kills_at: dict[str, int] = field(default_factory=dict)  # kills that landed, by where they were aimed
+    replies: dict[str, int] = field(default_factory=dict)  # the scripted model's replies by stop reason or "broken"
 
 
 class World:
