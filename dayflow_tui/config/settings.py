@@ -50,6 +50,9 @@ class Settings:
     api_timeout_s: float | None = None
     # Seconds the offline model waits per call (to watch a run in the dashboard).
     offline_delay_s: float = 0.0
+    # The dashboard's offline model streams each reply over this long (when offline_delay_s is 0), so a new
+    # user watches it arrive; 0: at once.
+    offline_pace_s: float = 0.8
     # This host's name in leases; set it where host names repeat (containers on several machines).
     hostname: str = field(default_factory=socket.gethostname)
     # How long the commit of a paid reply keeps trying before the reply goes to the spool file.
@@ -235,6 +238,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "api_timeout_s": ("DAYFLOW_API_TIMEOUT", values.seconds, "a number of seconds"),
     "offline_delay_s": ("DAYFLOW_OFFLINE_DELAY", lambda raw: values.seconds(raw) if str(raw).strip() else 0.0,
                         "a number of seconds"),
+    "offline_pace_s": ("DAYFLOW_OFFLINE_PACE", values.seconds, "a number of seconds"),
     "hostname": ("DAYFLOW_HOSTNAME", values.text, "a host name"),
     "commit_retry_s": ("DAYFLOW_COMMIT_RETRY_S", values.seconds, "a number of seconds"),
     "sqlite_busy_timeout_s": ("DAYFLOW_SQLITE_BUSY_TIMEOUT", lambda raw: values.seconds(raw, most=values.DAY_S),

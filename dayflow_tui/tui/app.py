@@ -21,6 +21,8 @@ from textual.color import Color, ColorParseError
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ..agent import runs
+from ..config import settings
+from ..config.settings import OFFLINE_MODEL
 from ..otel.live import watch_drives
 from ..store.models import Run
 from ..redaction import redact, redacted_line
@@ -439,11 +441,11 @@ class DayflowApp(App):
         try:
             if new:
                 model = runs.default_model()
-                client = self.client_factory(model) if self.client_factory else None
+                client = self.client_factory(model) if self.client_factory else _paced_client(model)
                 result = runs.run_brief(self.store, model=model, client=client, **options)
             else:
                 run = self.store.get_run(run_id)
-                client = self.client_factory(run.model) if self.client_factory else None
+                client = self.client_factory(run.model) if self.client_factory else _paced_client(run.model)
                 if budget_usd is None:
                     from ..money.cost import run_cost
 
@@ -545,3 +547,14 @@ class DayflowApp(App):
             for screen in self.screen_stack:
                 if isinstance(screen, bindings.SyncedBindings):
                     screen.sync_bindings()
+
+
+def _paced_client(model: str) -> Any:
+    """The offline model at the dashboard's pace (``offline_pace_s``, unless ``offline_delay_s`` is set), so its
+    replies are seen arriving; None for a real model (the drive builds the SDK's client)."""
+    if model != OFFLINE_MODEL:
+        return None
+    from ..agent.offline import OfflineClient
+
+    current = settings.current()
+    return OfflineClient(delay=current.offline_delay_s or current.offline_pace_s)
