@@ -33,6 +33,7 @@ named ``ctx`` receives the ``ToolContext`` (the store, the run id, today).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -42,6 +43,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from ..config.errors import McpUnavailable
 from .agent_options import check_options
 from .tool_faults import abandon_on_store_fault, tool_error_message
 from .tools import ToolContext, ToolInputError, validate
@@ -76,6 +78,8 @@ class Tool:
     key: str | None = None  # idempotent: the argument that names the side effect
     takes_context: bool = False
     needs_approval: bool | Callable[[dict], bool] = field(default=False, compare=False)
+    checks_input: bool = field(default=True, compare=False)  # False: the MCP server checks its own arguments
+    server: str | None = None  # the MCP server it comes from (None: a Python function)
 
     def to_api(self) -> dict:
         """The tool as the Messages API is sent it."""
@@ -92,11 +96,13 @@ class Tool:
     def run(self, ctx: ToolContext, args: Any) -> tuple[Any, bool]:
         """``(payload, is_error)``: the arguments checked first; the function's own failure is a result too."""
         try:
-            validate(self.input_schema, args)
+            validate(self.input_schema, args) if self.checks_input else _an_object(args)
         except ToolInputError as exc:
             return {"ok": False, "error": {"code": "invalid_input", "message": str(exc)}}, True
         try:
             payload = self.fn(ctx, **args) if self.takes_context else self.fn(**args)
+        except McpUnavailable:
+            raise  # the server could not answer: no outcome, a failed attempt (the run backs off)
         except Exception as exc:  # the model is told, the run goes on
             abandon_on_store_fault(ctx, exc)  # a database fault is no outcome: it ends the attempt instead
             return {"ok": False, "error": {"code": "tool_error", "message": tool_error_message(ctx, exc)}}, True
@@ -108,6 +114,11 @@ class Tool:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+def _an_object(args: Any) -> None:
+    if not isinstance(args, dict):
+        raise ToolInputError("the arguments must be a JSON object")
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, read_only: bool = False,
@@ -245,6 +256,8 @@ class Agent:
     server_tools: tuple[dict, ...] = field(default=(), hash=False)
     betas: tuple[str, ...] = ()
     cache_ttl: str = "5m"
+    mcp_servers: tuple = field(default=(), hash=False)  # ``mcp.stdio(...)``: their tools join on ``connected``
+    mcp_listed: bool = field(default=False, hash=False, repr=False)  # the servers' tools are in ``tools``
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -267,7 +280,7 @@ class Agent:
                       temperature=self.temperature, top_p=self.top_p, stop_sequences=self.stop_sequences,
                       metadata=self.metadata, server_tools=self.server_tools, betas=self.betas,
                       cache_ttl=self.cache_ttl)
-        for name in ("stop_sequences", "server_tools", "betas"):
+        for name in ("stop_sequences", "server_tools", "betas", "mcp_servers"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
@@ -343,7 +356,40 @@ class Agent:
         options = self.options()
         if options:
             shape["options"] = options
+        if self.mcp_servers:
+            shape["mcp_servers"] = {server.name: server.describe() for server in self.mcp_servers}
         return shape
+
+    def connected(self) -> "Agent":
+        """This agent with its MCP servers' tools (listed from each server, which starts now); itself when it
+        has no servers or they are listed already."""
+        if not self.mcp_servers or self.mcp_listed:
+            return self
+        from . import mcp_servers
+
+        found = []
+        for server in self.mcp_servers:
+            for listed in mcp_servers.list_tools(server):
+                found.append(Tool(listed.offered_name, listed.description, listed.input_schema,
+                                  _mcp_caller(server, listed.name), listed.kind, None, False,
+                                  listed.needs_approval, checks_input=False, server=server.name))
+        return dataclasses.replace(self, tools=self.tools + tuple(found), mcp_listed=True)
+
+
+def _mcp_caller(server: Any, name: str) -> Callable[..., Any]:
+    def call(**arguments: Any) -> Any:
+        from . import mcp_servers
+
+        payload, is_error = mcp_servers.call(server, name, arguments)
+        if is_error:
+            raise McpToolError(payload)
+        return payload
+
+    return call
+
+
+class McpToolError(Exception):
+    """The MCP tool answered ``isError``: its content is the tool's error message."""
 
 
 def _digest(shape: dict) -> str:

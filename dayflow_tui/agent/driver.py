@@ -59,7 +59,7 @@ class Driver:
         self.run = store.get_run(run_id)
         self.lease = lease
         # A worker loads the run's agent here; a changed or missing agent fails the attempt (never silently).
-        self.agent = agent if agent is not None else agent_for_run(self.run)[0]
+        self.agent = agent.connected() if agent is not None else agent_for_run(self.run)[0]
         self.client = client
         self.on_step = on_step
         self.on_delta = on_delta

@@ -84,7 +84,7 @@ def load_agent(ref: str | None) -> Agent:
             raise AgentNotFound(f"agent {ref}: calling {attr}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(agent, Agent):
         raise AgentNotFound(f"agent {ref}: {attr} is a {type(agent).__name__}, not a dayflow Agent")
-    return agent
+    return agent.connected()  # an agent with MCP servers: their tools listed (the servers start here)
 
 
 def agent_columns(agent: Agent, ref: str | None) -> dict[str, Any]:

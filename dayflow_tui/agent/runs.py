@@ -72,7 +72,7 @@ def _new_run(agent: Agent | None, agent_ref: str | None, user_msg: str | None, m
              max_steps: int | None, compact_at: int | None, budget_usd: Decimal | None,
              approval_tools: tuple[str, ...] | None) -> _NewRun:
     """Fill in a new run's defaults, refusing (before anything is written) what could never run."""
-    agent = agent or brief.AGENT
+    agent = (agent or brief.AGENT).connected()  # MCP tools are part of what the run records
     task = user_msg or agent.task
     if not task:
         raise UsageError(f"agent {agent.name} has no default task: say what to ask it")

@@ -12,7 +12,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 
 One cause, one code, whatever the command: a file or directory a person named that is not there
 (``--db``'s file or its directory, ``import``'s JSONL, ``run``'s agent file) is ``NoSuchFile``, 64.
-- 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``, ``StreamBroken``
+- 75 (``EX_TEMPFAIL``, try again later): ``RateLimited``, ``ReplySpooled``, ``StreamBroken``, ``McpUnavailable``
 """
 
 
@@ -71,6 +71,13 @@ class StreamBroken(DayflowError):
     def __init__(self, message: str, *, error_type: str | None = None):
         super().__init__(message)
         self.error_type = error_type
+
+
+class McpUnavailable(DayflowError):
+    """An MCP server could not answer a call (it died, hung past its timeout, would not start): not the tool's
+    outcome but a failed attempt; the run backs off and is tried again with a fresh server (exit 75)."""
+
+    exit_code = 75
 
 
 class UsageError(DayflowError):

@@ -1,0 +1,83 @@
+"""A real stdio MCP server for the tests, on the ``mcp`` SDK (``MCPServer``, FastMCP's successor in mcp 2.x).
+
+Its tools cover every annotation the crash-safety table reads, and each call appends a line to the file
+``COUNT_FILE`` names (``start TOOL`` before its effect and ``end TOOL`` after), so a test counts bodies.
+``SLOW_S`` makes ``send`` and ``put`` sleep between the two lines (a kill lands mid-call); a file
+``COUNT_FILE.v2`` makes it list one more tool (the same server, its tool list changed); ``send`` with ``text="crash"`` kills the server itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ImageContent, ToolAnnotations
+
+server = MCPServer("counting")
+COUNT_FILE = os.environ["COUNT_FILE"]
+# A resumed server answers at once once the test has made COUNT_FILE.fast (the agent, and so its env, unchanged).
+SLOW_S = 0.0 if os.path.exists(COUNT_FILE + ".fast") else float(os.environ.get("SLOW_S", "0"))
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(64)).decode()
+
+
+def note(line: str) -> None:
+    with open(COUNT_FILE, "a", encoding="utf-8") as fh:
+        fh.write(f"{line} {os.getpid()}\n")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def look(city: str) -> str:
+    """Today's forecast for a city."""
+    note("start look")
+    note("end look")
+    return f"{city}: dry, 21 C"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def radar(city: str) -> list:
+    """The rain radar for a city, as an image."""
+    note("start radar")
+    note("end radar")
+    return [f"radar for {city}", ImageContent(type="image", data=PNG, mime_type="image/png")]
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+def put(key: str, value: str) -> str:
+    """Store a value under a key (the same call twice leaves the same value)."""
+    note("start put")
+    time.sleep(SLOW_S)
+    note("end put")
+    return f"stored {key}"
+
+
+@server.tool()
+def send(text: str) -> str:
+    """Send a message (no annotations: a side effect that must not happen twice)."""
+    note("start send")
+    if text == "crash":
+        os._exit(3)
+    time.sleep(SLOW_S)
+    note("end send")
+    return f"sent {text!r}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def wipe(key: str) -> str:
+    """Delete a key for good."""
+    note("start wipe")
+    note("end wipe")
+    return f"wiped {key}"
+
+
+if os.path.exists(COUNT_FILE + ".v2"):
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def extra() -> str:
+        """A tool the second version of the server adds."""
+        return "new"
+
+
+print("counting server up", file=sys.stderr)  # stderr: the run's MCP log, never the terminal
+server.run("stdio")
