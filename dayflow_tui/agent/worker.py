@@ -14,6 +14,7 @@ imports. To use more cores or hosts, start more worker processes.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .backpressure import SharedPause, reason
 from .events import OnStep, RunResult, check_watches
 from .runs import resume
 from ..store import STALE_AFTER_S, Store
+from ..store.retry import patience
 
 
 @dataclass
@@ -64,6 +66,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     stop = stop or threading.Event()
     report = WorkReport()
     lock = threading.Lock()
+    presence = _Presence(store, concurrency)
     # Back-pressure from the API is per key, not per run: after a 429 or 529 no thread claims (and
     # calls) again until the wait it asked for has passed.
     pause = SharedPause()
@@ -89,6 +92,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
         if lease is None:
             return False
         emit(WorkerEvent("started", lease.run_id, "claimed"))
+        presence.took(lease.run_id)
         client = client_factory() if client_factory is not None else None
         try:
             result = resume(lease.run_id, store=store, lease=lease, client=client, on_step=on_step,
@@ -110,6 +114,8 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
             emit(WorkerEvent("failed", lease.run_id, f"internal error: {type(exc).__name__}: {exc}"))
         else:
             emit(WorkerEvent("finished", lease.run_id, result.status, result))
+        finally:
+            presence.left(lease.run_id)
         return True
 
     def thread_main() -> None:
@@ -145,6 +151,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
 
     threads = [threading.Thread(target=thread_main, name=f"dayflow-worker-{i}", daemon=True)
                for i in range(concurrency)]
+    presence.start()
     for thread in threads:
         thread.start()
     try:
@@ -156,4 +163,75 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
         for thread in threads:
             thread.join()
         raise
+    finally:
+        presence.stop()
     return report
+
+
+class _Presence:
+    """This worker's row in the workers table (``dayflow workers``): registered, beating every
+    ``HEARTBEAT_EVERY_S`` with the runs it holds, marked stopped at a clean exit. Best effort: the workers
+    table is for people; a database that will not take a beat never stops the worker (leases keep runs safe)."""
+
+    def __init__(self, store: Store, concurrency: int) -> None:
+        self.store = store
+        self.concurrency = concurrency
+        self.worker_id: str | None = None
+        self.held: set[str] = set()
+        self.done = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.changed = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        from .. import __version__
+        from ..store.leases import HEARTBEAT_EVERY_S, this_host
+
+        try:
+            with patience(5.0):
+                self.worker_id = self.store.register_worker(host=this_host(), pid=os.getpid(), version=__version__,
+                                                            concurrency=self.concurrency)
+        except Exception:
+            return
+        self.every = HEARTBEAT_EVERY_S
+        self.thread = threading.Thread(target=self._beat, name="dayflow-worker-beat", daemon=True)
+        self.thread.start()
+
+    def took(self, run_id: str) -> None:
+        with self.lock:
+            self.held.add(run_id)
+        self.changed.set()  # the beat thread writes it: a drive thread never waits on the workers table
+
+    def left(self, run_id: str) -> None:
+        with self.lock:
+            self.held.discard(run_id)
+            self.done += 1
+        self.changed.set()
+
+    def _beat(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                self.changed.wait(self.every)
+                self.changed.clear()
+                if self.stopping.is_set():
+                    return
+                with self.lock:
+                    held, done = sorted(self.held), self.done
+                try:
+                    with patience(2.0):  # a database away: skip this beat (the row ages; leases keep runs safe)
+                        self.store.worker_beat(self.worker_id, held, done)
+                except Exception:
+                    pass
+        finally:
+            self.store.close_thread_connection()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.changed.set()
+        if self.worker_id is not None:
+            try:
+                with patience(2.0):
+                    self.store.worker_stopped(self.worker_id, self.done)
+            except Exception:
+                pass

@@ -25,7 +25,7 @@ COMMANDS = {
     "pending": "approvals", "approve": "approvals", "deny": "approvals",
     "fork": "travel", "diff": "travel", "export": "travel", "import": "travel",
     "migrate": "admin", "prune": "admin", "vacuum": "admin", "prices": "admin",
-    "metrics": "ops",
+    "metrics": "ops", "workers": "ops",
 }
 
 

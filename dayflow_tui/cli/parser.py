@@ -210,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("metrics", parents=[common], help="the fleet's numbers from the database (runs by status, "
                    "queue depth and age, back-offs, heartbeat lag, this host's spool) in Prometheus text format")
 
+    workers = sub.add_parser("workers", parents=[common], help="the worker processes seen in the last day: alive, "
+                             "stale (stopped beating: killed, or their host is gone) or stopped, with the runs each holds")
+    workers.add_argument("--json", action="store_true", help="machine-readable output")
+
     prices = sub.add_parser("prices", help="where prices come from, and the rates Dayflow uses")
     prices.add_argument("--json", action="store_true", help="machine-readable output")
     _describe_commands(sub)

@@ -36,13 +36,14 @@ from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import approvals, cancels, claims, database, fleet, forks, resumes, runs, spend, steps, tasks
+from .tables import approvals, cancels, claims, database, fleet, forks, resumes, runs, spend, steps, tasks, workers
 from .tables.approvals import CallToAsk
 from .tables.cancels import CancelOutcome
 from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
 from .tables.spend import TokenGroup
 from .tables.steps import ReplayStep, StepRecord
+from .tables.workers import WorkerRow
 
 
 class Store:
@@ -206,6 +207,22 @@ class Store:
     def fleet_stats(self) -> FleetStats:
         """Runs by status, the queue's depth and oldest age, runs backing off, the stalest heartbeat held."""
         return fleet.fleet_stats(self)
+
+    def register_worker(self, *, host: str, pid: int, version: str, concurrency: int) -> str:
+        """A worker process starts: its row (and stale rows older than a day go); returns its id."""
+        return workers.register_worker(self, host=host, pid=pid, version=version, concurrency=concurrency)
+
+    def worker_beat(self, worker_id: str, runs: list[str], runs_done: int) -> None:
+        """A worker is alive and holds ``runs``."""
+        workers.worker_beat(self, worker_id, runs, runs_done)
+
+    def worker_stopped(self, worker_id: str, runs_done: int) -> None:
+        """A worker exits cleanly (one killed just stops beating and reads as stale)."""
+        workers.worker_stopped(self, worker_id, runs_done)
+
+    def workers(self) -> list[WorkerRow]:
+        """The workers seen in the last day: alive, stale, stopped, with the runs each holds now."""
+        return workers.workers(self)
 
     def next_retry_at(self) -> float | None:
         """Seconds until the earliest run backing off may be taken (None: none waits)."""

@@ -273,6 +273,25 @@ class Blob(BaseModel):
         table_name = "blobs"
 
 
+class Worker(BaseModel):
+    """A ``dayflow worker`` process, kept by its heartbeats (``tables/workers.py``): what ``dayflow workers``
+    and the dashboard's workers screen show."""
+
+    id = CharField(primary_key=True, max_length=32)
+    host = CharField(max_length=255)
+    pid = IntegerField()
+    version = CharField(max_length=32)
+    concurrency = IntegerField()
+    started_at = CharField(max_length=32)
+    beat_at = CharField(max_length=32)
+    runs = TextField(default="[]")  # JSON: the ids of the runs it holds now
+    runs_done = IntegerField(default=0)  # runs it finished (any verdict) since it started
+    stopped_at = CharField(max_length=32, null=True)  # a clean exit; a crash leaves it to go stale
+
+    class Meta:
+        table_name = "workers"
+
+
 class StoreMeta(BaseModel):
     """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
 
@@ -298,5 +317,5 @@ class ChangeCounter(BaseModel):
         table_name = "dayflow_changes"
 
 
-MODELS = (Run, Step, Task, RunResume, Approval, Blob)
+MODELS = (Run, Step, Task, RunResume, Approval, Blob, Worker)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

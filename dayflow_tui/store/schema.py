@@ -17,7 +17,7 @@ import peewee
 
 from .. import clock
 from ..config.errors import StoreError
-from .models import MODELS, POSTGRES_MODELS, Approval, Blob, Run, Step, Task
+from .models import MODELS, POSTGRES_MODELS, Approval, Blob, Run, Step, Task, Worker
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
 from .tables.resumes import add_resumes_table
@@ -149,12 +149,17 @@ def _add_blobs(store: "StoreHandle") -> None:
     store.db.create_tables([Blob], safe=True)
 
 
+def _add_workers(store: "StoreHandle") -> None:
+    """Schema 16: the workers, kept by their heartbeats (``dayflow workers``)."""
+    store.db.create_tables([Worker], safe=True)
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
                                                     _add_cancel_and_priority, _add_title, _add_call_charges,
-                                                    _add_blobs)
+                                                    _add_blobs, _add_workers)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

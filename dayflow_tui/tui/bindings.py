@@ -22,6 +22,8 @@ RUN_LIST = [
     Binding("slash", "search", "Search", key_display="/", id="search",
             tooltip="Search every run's text, tool calls and results as you type"),
     Binding("t", "tasks", "Tasks", id="tasks", tooltip="Every task the runs created, with the step that made it"),
+    Binding("w", "workers", "Workers", show=False, id="workers",
+            tooltip="The worker processes (alive, stale, stopped) and the runs each holds"),
     Binding("C", "cancel_run", "Cancel run", key_display="C", id="cancel-run",
             tooltip="Cancel the highlighted run for good (after a confirm): a call in flight is kept, nothing more runs"),
     Binding("s", "cycle_sort", "Sort", id="sort",
@@ -43,6 +45,12 @@ TASKS = [
     Binding("escape", "back", "Back", id="close-tasks", tooltip="Back to the run list"),
     Binding("slash", "filter", "Filter", key_display="/", id="filter-tasks",
             tooltip="Filter: words in the title or notes, open, done, run:ID"),
+]
+
+# The workers screen (``w`` on the run list).
+WORKERS = [
+    Binding("escape", "back", "Back", id="close-workers", tooltip="Back to the run list"),
+    Binding("r", "refresh", "Refresh", id="refresh-workers", tooltip="Read the workers again (also every 2 s)"),
 ]
 
 TRANSCRIPT = [
@@ -145,6 +153,7 @@ SECTIONS = (
                           Binding("left,right", "", "Scroll sideways (long strings)")]
      + [binding for binding in JSON_VIEW if binding.id]),
     ("Tasks", [Binding("enter", "", "Open the run that made the task, at the step that made it")] + TASKS),
+    ("Workers", [Binding("enter", "", "Open a run the worker holds")] + WORKERS),
     ("Search", [Binding("", "", "Type to search every run: words, \"a phrase\", -word, prefix*, "
                         "status:S tool:NAME run:ID in:text|args|result|error|final|task"),
                 Binding("enter", "", "Open the run at its best match")] + SEARCH),

@@ -266,6 +266,11 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
         self.diff_from = None
         self.app.push_screen(DiffScreen(marked, current.id))
 
+    def action_workers(self) -> None:
+        from .workers import WorkersScreen
+
+        self.app.push_screen(WorkersScreen())
+
     def action_tasks(self) -> None:
         from .tasks import TasksScreen
 
