@@ -17,7 +17,7 @@ import peewee
 
 from .. import clock
 from ..config.errors import StoreError
-from .models import MODELS, POSTGRES_MODELS, Approval, Run, Step, Task
+from .models import MODELS, POSTGRES_MODELS, Approval, ImportedFile, Run, Step, Task
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
 from .tables.resumes import add_resumes_table
@@ -144,11 +144,22 @@ def _add_title(store: "StoreHandle") -> None:
     add_column(store, Run, Run.title)
 
 
+def _add_sources(store: "StoreHandle") -> None:
+    """Schema 15: where a run comes from (``source``: dayflow, or claude-code for an imported session, read-only),
+    the imported session's id, directory and branch, and how far each session file has been read."""
+    if Run.source.column_name not in column_names(store, Run):
+        store.db.execute_sql('ALTER TABLE "runs" ADD COLUMN "source" VARCHAR(32) NOT NULL DEFAULT \'dayflow\'')
+    for column in (Run.external_id, Run.external_dir, Run.external_branch):
+        add_column(store, Run, column)
+    store.db.create_tables([ImportedFile], safe=True)
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
-                                                    _add_cancel_and_priority, _add_title, _add_call_charges)
+                                                    _add_cancel_and_priority, _add_title, _add_call_charges,
+                                                    _add_sources)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

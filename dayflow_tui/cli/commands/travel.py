@@ -171,6 +171,14 @@ def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.claude_code is not None:
+        if args.file is not None or args.as_new:
+            raise UsageError("--claude-code DIR takes no FILE and no --as-new (give one or the other)")
+        from .claude_code import import_sessions
+
+        return import_sessions(args)
+    if args.file is None:
+        raise UsageError("import needs a FILE written by `dayflow export --jsonl`, or --claude-code [DIR]")
     from ...store.transfer import import_archive, read_archive
 
     archive = read_archive(args.file)  # the whole file is checked before the database is opened
