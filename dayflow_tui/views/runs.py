@@ -73,3 +73,12 @@ def read_preview(store, run_id: str, *, tasks: int = PREVIEW_TASKS) -> Preview:
     run = store.get_run(run_id)
     return Preview(run, tuple(store.list_tasks(include_done=True, run_id=run.id)[:tasks + 1]),
                    run_cost(store, run.id).total)
+
+
+def claude_resume_command(run: Run) -> str:
+    """The shell command that continues an imported Claude Code session where it was made (its directory quoted)."""
+    import shlex
+
+    session = shlex.quote(run.external_id or "")
+    return f"cd {shlex.quote(run.external_dir)} && claude --resume {session}" if run.external_dir \
+        else f"claude --resume {session}"
