@@ -8,7 +8,6 @@ import json
 import re
 import time
 
-import pytest
 
 from dayflow_tui.store import open_store
 
