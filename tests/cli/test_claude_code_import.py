@@ -94,6 +94,12 @@ def test_every_shape_becomes_a_step_of_a_read_only_run(db_target, tmp_path):
     assert inline_steps[1]["tool_results"][0]["tool_use_id"] == "toolu_01GREP"
     assert any(r["title"].startswith("List the files") for r in children.values())
 
+    # costs from the usage: the model calls only (the prompts and markers are no calls), every run priced
+    spend = json.loads(dayflow("spend", "--json", db=db_target).stdout)
+    assert spend["total"]["calls"] == 4 + 2 + 1 and spend["total"]["runs"] == 3
+    assert spend["total"]["input_tokens"] == sum(r["input_tokens"] for r in listed)
+    assert spend["rows"][0]["unpriced_calls"] == 0 and spend["total"]["cost_usd"] > main["cost_usd"]
+
     # search finds the imported text: a reply, a prompt, a sidechain's tool result, a subagent file's reply
     for word, run_id in (("kumquat", main["id"]), ("quince", inline["id"]), ("platypus", None)):
         found = dayflow("search", word, "--json", db=db_target)
