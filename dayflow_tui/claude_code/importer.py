@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..store.tables.imported import CLAUDE_CODE, ImportedRun, ImportedStep
-from .sessions import MAIN, SessionRead, SessionStep, read_session
+from .sessions import MAIN, SETTLED_AFTER_S, SessionRead, SessionStep, read_session
 
 DEFAULT_DIR = "~/.claude/projects"
 
@@ -101,8 +102,10 @@ def import_file(store, path: Path, summary: ImportSummary, say: Callable[[str], 
         return
     summary.files += 1
     state = store.imported_file(key)
-    if state is not None and state.size == stat.st_size and state.mtime_ns == stat.st_mtime_ns:
-        summary.unchanged += 1
+    settled = time.time() - stat.st_mtime > SETTLED_AFTER_S
+    same = state is not None and state.size == stat.st_size and state.mtime_ns == stat.st_mtime_ns
+    if same and (state.offset == stat.st_size or not settled):
+        summary.unchanged += 1  # (a tail still waiting is read again only once the file has settled)
         return
     if state is not None and stat.st_size < state.offset:
         say(f"{printable(path)}: shorter than when it was imported ({stat.st_size:,} < {state.offset:,} bytes); "
@@ -110,7 +113,8 @@ def import_file(store, path: Path, summary: ImportSummary, say: Callable[[str], 
         summary.problems += 1
         return
     try:
-        read = read_session(path, start=state.offset if state else 0, done=state.done if state else None)
+        read = read_session(path, start=state.offset if state else 0, done=state.done if state else None,
+                            settled=settled)
     except OSError as exc:
         say(f"{printable(path)}: cannot be read ({printable(exc.strerror)}); skipped")
         summary.problems += 1
@@ -125,6 +129,9 @@ def import_file(store, path: Path, summary: ImportSummary, say: Callable[[str], 
     if read.waiting:
         summary.waiting += 1
     runs = _runs_of(key, path, read)
+    if same and not runs and read.end_offset == state.offset and read.done == state.done:
+        summary.unchanged += 1  # read again, nothing new (a line still unfinished): nothing written
+        return
     added = store.append_imported(key, was=state, run_id=run_id_for(key, MAIN), size=stat.st_size,
                                   offset=read.end_offset, mtime_ns=stat.st_mtime_ns, done=read.done, runs=runs)
     for run in runs:

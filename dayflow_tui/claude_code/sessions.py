@@ -17,7 +17,8 @@ ones public readers of these files document, see the test fixtures). What is und
   whose text is the record's JSON as it is in the file.
 
 A line that does not end in a newline is a record still being written: reading stops before it (the
-next import reads it whole). So does an assistant step at the end whose tool calls have no result yet.
+next import reads it whole). So does an assistant step at the end whose tool calls have no result yet,
+until the file has been left alone for ``SETTLED_AFTER_S`` (the caller says so): then it is taken as it is.
 A line over ``MAX_LINE_BYTES`` is skipped without being read into memory, with a problem line; a line
 that is not JSON is skipped with a problem line; undecodable bytes become U+FFFD, with a problem line.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
+SETTLED_AFTER_S = 600  # a session file unchanged this long is over: its last step waits for no tool result
 MAIN = ""  # the thread of the session's own conversation; a sidechain's is its agent id
 SKIPPED_TYPES = frozenset({"file-history-snapshot", "queue-operation"})
 KNOWN_TYPES = frozenset({"user", "assistant", "summary", "system"}) | SKIPPED_TYPES
@@ -249,6 +251,8 @@ class _Reader:
                             content if isinstance(content, str) and content else raw, raw, record, end)
             return True
         message = record.get("message") if isinstance(record, dict) else None
+        if kind == "assistant" and isinstance(message, dict) and isinstance(message.get("content"), str):
+            message = {**message, "content": [{"type": "text", "text": message["content"]}]}
         if kind == "assistant" and isinstance(message, dict) and isinstance(message.get("content"), list):
             self.assistant(thread, record, message, start, end)
             return True
@@ -305,10 +309,10 @@ class _Reader:
 
     # -- the end --------------------------------------------------------------
 
-    def finish(self, position: int) -> SessionRead:
+    def finish(self, position: int, settled: bool) -> SessionRead:
         starts = []
         for thread, group in list(self.open.items()):
-            if group.pending:
+            if group.pending and not settled:
                 starts.append(group.start)  # its tool calls still run: read again next time
                 self.read.waiting = True
             else:
@@ -333,8 +337,11 @@ def _fill_times(steps: list[SessionStep]) -> None:
 
 
 def read_session(path: str | Path, *, start: int = 0, done: dict[str, int] | None = None,
-                 max_line: int = MAX_LINE_BYTES) -> SessionRead:
+                 max_line: int = MAX_LINE_BYTES, settled: bool = False) -> SessionRead:
     """The steps of ``path`` from byte ``start`` on (``done``: what an earlier read stored, per thread).
+
+    ``settled``: the file has not changed for long (the session is over): a step still waiting for tool results
+    is taken as it is (a call interrupted for good). A line without its newline still waits.
 
     Never raises for what the file holds; an unreadable file raises ``OSError``.
     """
@@ -377,4 +384,4 @@ def read_session(path: str | Path, *, start: int = 0, done: dict[str, int] | Non
                     reader.read.steps.clear()
                     return reader.read
             position += len(line)
-    return reader.finish(position)
+    return reader.finish(position, settled)

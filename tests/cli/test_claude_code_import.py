@@ -276,3 +276,25 @@ def test_the_jsonl_export_import_still_works(tmp_path):
     result = dayflow("import", str(out), db=other)
     assert result.returncode == 0, text(result.stderr)
     assert [r["id"] for r in runs_json(other)] == [run["id"]]
+
+
+def test_a_call_that_never_got_its_result_is_taken_once_the_file_has_settled(db_target, tmp_path):
+    import os
+
+    root = tmp_path / "projects"
+    path = cc.session_path(root)
+    records = cc.session_records() + cc.appended_records()
+    cc.write_records(path, records[:-2])  # the session ended after a tool call (Claude Code killed, say)
+    with open(path, "ab") as fh:
+        fh.write(cc.line(records[-1])[:20])  # and a line it never finished
+    imported(db_target, root)
+    main = main_run(db_target)
+    assert main["steps"] == 11  # the call waits: its result may still come
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    imported(db_target, root)
+    steps = steps_of(db_target, main_run(db_target)["id"])
+    assert len(steps) == 12 and steps[-1]["assistant"][0]["id"] == "toolu_01TEST" and steps[-1]["tool_results"] is None
+    settled = rows(db_target)
+    imported(db_target, root)  # the unfinished line is read again, and nothing is written
+    assert rows(db_target) == settled
