@@ -73,3 +73,16 @@ async def test_following_shows_a_step_appended_to_a_live_session(store, tmp_path
         assert shown_after < 4.0, shown_after
         assert screen.views[-1].texts == ("All three wombat tests pass.",) or \
             "wombat" in " ".join(screen.views[-1].texts)
+
+
+def test_following_a_directory_that_is_not_there_is_one_line(tmp_path):
+    import subprocess
+
+    from ..reliability_helpers import cli_env
+    from ..tui_helpers import TUI_BIN
+
+    db = tmp_path / "d.db"
+    done = subprocess.run([str(TUI_BIN), "--db", str(db), "--follow-claude-code", str(tmp_path / "nowhere")],
+                          capture_output=True, env=cli_env(), timeout=60, stdin=subprocess.DEVNULL)
+    err = done.stderr.decode()
+    assert done.returncode == 64 and len(err.strip().splitlines()) == 1 and "no such directory" in err, err
