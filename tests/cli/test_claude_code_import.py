@@ -191,6 +191,11 @@ def test_imported_runs_are_read_only_everywhere(db_target, tmp_path):
                                      f"claude --resume {cc.SESSION}", cc.CWD)
         assert main["id"] in line
     assert rows(db_target) == before
+    refused = dayflow("export", main["id"], "--anthropic", str(tmp_path / "req.jsonl"), db=db_target)
+    assert refused.returncode == 64 and not (tmp_path / "req.jsonl").exists()
+    assert_one_error_line(refused, "imported Claude Code session", "--jsonl")
+    exported = dayflow("export", main["id"], "--jsonl", str(tmp_path / "runs.jsonl"), db=db_target)
+    assert exported.returncode == 0, text(exported.stderr)
 
 
 def test_usage_mistakes_are_one_line(tmp_path):

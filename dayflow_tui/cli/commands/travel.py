@@ -124,8 +124,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     if args.anthropic:
         from ...agent.request import replay_request
-        from ...store import dumps
+        from ...store import dumps, is_imported
         from ...store.transfer import new_file
+
+        for rid in run_ids:  # Dayflow rebuilds the request of its own runs only (system prompt, tools)
+            if is_imported(store.get_run(rid)):
+                raise UsageError(f"run {printable(rid)} is an imported Claude Code session: its requests are not "
+                                 "Dayflow's to rebuild; export it with --jsonl or --otlp-file")
 
         bodies = [replay_request(store, rid) for rid in run_ids]
         with new_file(args.anthropic, "dayflow export") as out:
