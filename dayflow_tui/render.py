@@ -71,7 +71,13 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
     options = recorded_options(run)
     if options:
         console.print(_safe(f"agent {getattr(run, 'agent', None) or 'brief'}: {options_text(options)}", "dim"))
-    if getattr(run, "parent_id", None):
+    if (getattr(run, "source", None) or "dayflow") != "dayflow":
+        where = f" in {run.external_dir}" if run.external_dir else ""
+        branch = f" (branch {run.external_branch})" if run.external_branch else ""
+        child = f"; a subagent of run {run.parent_id}" if run.parent_id else ""
+        console.print(_safe(f"imported {run.source} session {run.external_id}{where}{branch}{child}: read-only; "
+                            f"continue it with `claude --resume {run.external_id}`", "dim"))
+    elif getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))

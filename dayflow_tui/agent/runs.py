@@ -20,8 +20,8 @@ from ..config import settings
 from ..config.errors import AgentChanged, DayflowError, HistoryError, ModelCallFailed, RunBusy, UsageError
 from ..money.cost import run_cost
 from ..redaction import redact_and_cut
-from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool, step_blocks,
-                     still_refused)
+from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool,
+                     refuse_imported, step_blocks, still_refused)
 from ..store.retry import patience
 from . import brief, request, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
@@ -147,6 +147,7 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     cannot start changes nothing: the history is validated and the client built first.
     """
     run = store.get_run(run_id)
+    refuse_imported(run)  # an imported session (Claude Code's) is read-only here: said before anything else
     if lease is None:
         still_refused(run)  # cancelled (or waiting for a person): said before anything is loaded or built
     if run.status != RunStatus.DONE and client is None:

@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="list at most N runs, the newest (default 50)")
     runs.add_argument("--status", choices=[s.value for s in RunStatus],
                       help="only runs in this status (interrupted: running, with its owner gone)")
+    runs.add_argument("--source", choices=["dayflow", "claude-code"],
+                      help="only runs driven here (dayflow) or imported Claude Code sessions (claude-code)")
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -251,8 +253,12 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
                         help="traces carry the messages, replies and tool payloads (default: the otel_content "
                         "setting)")
 
-    imports = sub.add_parser("import", parents=[common], help="add the runs of a `dayflow export --jsonl` file")
-    imports.add_argument("file", metavar="FILE", help="a file written by `dayflow export --jsonl`")
+    imports = sub.add_parser("import", parents=[common], help="add the runs of a `dayflow export --jsonl` file, "
+                             "or Claude Code's sessions (--claude-code) as read-only runs")
+    imports.add_argument("file", metavar="FILE", nargs="?", help="a file written by `dayflow export --jsonl`")
+    imports.add_argument("--claude-code", nargs="?", const="~/.claude/projects", metavar="DIR",
+                         help="read Claude Code's session files under DIR (default ~/.claude/projects) into "
+                         "read-only runs; again later, only what the files gained since")
     imports.add_argument("--as-new", action="store_true",
                          help="give every imported run a new id (to import a run this database already has)")
 

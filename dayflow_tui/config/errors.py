@@ -6,7 +6,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 - 1: ``DayflowError`` (the default), ``AgentNotFound``, ``AgentChanged``
 - 2: ``StoreError``, ``HistoryError``
 - 3: ``RunNotFound``
-- 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``
+- 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``, ``ReadOnlyRun``
 - 5: ``ModelCallFailed``
 - 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``MetricsMissing``, ``NoSuchFile``
 
@@ -34,6 +34,13 @@ class RunNotFound(DayflowError):
 
 class RunBusy(DayflowError):
     """Another live process owns the run."""
+
+    exit_code = 4
+
+
+class ReadOnlyRun(DayflowError):
+    """The run was imported (a Claude Code session): it is never resumed, forked, decided or cancelled here;
+    the message says how to go on with it where it came from. Nothing was written."""
 
     exit_code = 4
 

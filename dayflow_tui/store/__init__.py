@@ -25,6 +25,7 @@ from ..config.errors import ReplySpooled
 from .spool import ingest_spool, pending_spool, spool_files, spool_reply
 from .status import RESUMABLE, RunStatus
 from .tables.steps import ReplayStep, StepRecord, dumps, step_blocks
+from .tables.imported import is_imported, read_only_message, refuse_imported
 
 
 def __getattr__(name: str):
@@ -41,6 +42,6 @@ __all__ = [
     "CHANGE_SLOTS", "HEARTBEAT_EVERY_S", "HOSTNAME", "MIGRATIONS", "RESUMABLE", "SCHEMA_VERSION", "SEED_TASKS",
     "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "ReplayStep", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",
-    "is_connection_error", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
-    "process_start_time", "safe_url", "spool_files", "spool_reply", "step_blocks", "still_refused",
+    "is_connection_error", "is_imported", "is_url", "open_store", "owner_alive", "pending_spool", "pid_alive",
+    "process_start_time", "read_only_message", "refuse_imported", "safe_url", "spool_files", "spool_reply", "step_blocks", "still_refused",
 ]

@@ -36,11 +36,13 @@ from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import approvals, cancels, claims, database, fleet, forks, resumes, runs, spend, steps, tasks, workers
+from .tables import (approvals, cancels, claims, database, fleet, forks, imported, resumes, runs, spend, steps, tasks,
+                     workers)
 from .tables.approvals import CallToAsk
 from .tables.cancels import CancelOutcome
 from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
+from .tables.imported import FileState, ImportedRun
 from .tables.spend import TokenGroup
 from .tables.steps import ReplayStep, StepRecord
 from .tables.workers import WorkerRow
@@ -155,10 +157,11 @@ class Store:
     def list_runs(self, *, limit: int = 50, before: tuple[str, str] | None = None,
                   after: tuple[str, str] | None = None, oldest_first: bool = False, skip: int = 0,
                   status: Iterable[str] | None = None, search: str | None = None,
-                  not_status: Iterable[str] | None = None) -> list[Run]:
-        """Runs newest first, a window at a time (keyset on ``(created_at, id)``); see ``tables.runs.list_runs``."""
+                  not_status: Iterable[str] | None = None, source: str | None = None) -> list[Run]:
+        """Runs newest first, a window at a time (keyset on ``(created_at, id)``); see ``tables.runs.list_runs``.
+        ``source``: only runs from there (``dayflow``, ``claude-code``)."""
         return runs.list_runs(self, limit=limit, before=before, after=after, oldest_first=oldest_first, skip=skip,
-                              status=status, search=search, not_status=not_status)
+                              status=status, search=search, not_status=not_status, source=source)
 
     def count_runs(self, *, status: Iterable[str] | None = None, search: str | None = None) -> int:
         """How many runs ``list_runs`` would page through with the same filters."""
@@ -234,6 +237,23 @@ class Store:
         """Replace the limits given; ``None`` leaves one as it is, ``compact_at=0`` turns compaction off."""
         runs.update_limits(self, run_id, budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                            lease=lease, budget_usd=budget_usd)
+
+    # -- imported runs (tables/imported.py) ---------------------------------
+
+    def imported_file(self, path: str) -> FileState | None:
+        """How far an import has read the session file ``path`` (None: never read)."""
+        return imported.imported_file(self, path)
+
+    def append_imported(self, path: str, *, was: FileState | None, run_id: str, size: int, offset: int,
+                        mtime_ns: int, done: dict[str, int], runs: list[ImportedRun]) -> dict[str, int]:
+        """Append one read of an imported file (new runs, new steps, its position) in one transaction, unless its
+        position moved since ``was`` (then nothing: another import wrote it); the new steps are then indexed.
+        Steps added per run."""
+        added = imported.append_imported(self, path, was=was, run_id=run_id, size=size, offset=offset,
+                                         mtime_ns=mtime_ns, done=done, runs=runs)
+        for run_id_added in added:
+            self.index_pending(run_id_added)
+        return added
 
     # -- steps (tables/steps.py) --------------------------------------------
 

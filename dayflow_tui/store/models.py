@@ -138,6 +138,13 @@ class Run(BaseModel):
     cancel_at = CharField(max_length=32, null=True)
     cancelled_by = TextField(null=True)
     cancel_reason = TextField(null=True)
+    # Where the run comes from (schema 15): "dayflow" (driven here), or "claude-code" (a session file read by
+    # ``dayflow import --claude-code``: read-only). For an imported run: the session's id, its project
+    # directory and git branch (untrusted text from the file).
+    source = CharField(max_length=32, default="dayflow", constraints=[SQL("DEFAULT 'dayflow'")])
+    external_id = TextField(null=True)
+    external_dir = TextField(null=True)
+    external_branch = TextField(null=True)
     created_at = CharField(max_length=32)
     updated_at = CharField(max_length=32, index=True)
 
@@ -317,5 +324,22 @@ class ChangeCounter(BaseModel):
         table_name = "dayflow_changes"
 
 
-MODELS = (Run, Step, Task, RunResume, Approval, Blob, Worker)
+class ImportedFile(BaseModel):
+    """A session file read by ``dayflow import --claude-code`` (schema 15): how far, so the next import reads
+    only what was appended. ``done``: JSON, per thread of the file, the offset up to which its records are
+    stored steps (a thread's step still waiting for its tool results is read again from its start)."""
+
+    path = TextField(primary_key=True)
+    run_id = CharField(max_length=32)
+    size = BigIntegerField()
+    offset = BigIntegerField()
+    mtime_ns = BigIntegerField()
+    done = TextField()
+    imported_at = CharField(max_length=32)
+
+    class Meta:
+        table_name = "imported_files"
+
+
+MODELS = (Run, Step, Task, RunResume, Approval, Blob, Worker, ImportedFile)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

@@ -17,7 +17,7 @@ import peewee
 
 from .. import clock
 from ..config.errors import StoreError
-from .models import MODELS, POSTGRES_MODELS, Approval, Blob, Run, Step, Task, Worker
+from .models import MODELS, POSTGRES_MODELS, Approval, Blob, ImportedFile, Run, Step, Task, Worker
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
 from .tables.resumes import add_resumes_table
@@ -144,13 +144,23 @@ def _add_title(store: "StoreHandle") -> None:
     add_column(store, Run, Run.title)
 
 
+def _add_sources(store: "StoreHandle") -> None:
+    """Schema 15: where a run comes from (``source``: dayflow, or claude-code for an imported session, read-only),
+    the imported session's id, directory and branch, and how far each session file has been read."""
+    if Run.source.column_name not in column_names(store, Run):
+        store.db.execute_sql('ALTER TABLE "runs" ADD COLUMN "source" VARCHAR(32) NOT NULL DEFAULT \'dayflow\'')
+    for column in (Run.external_id, Run.external_dir, Run.external_branch):
+        add_column(store, Run, column)
+    store.db.create_tables([ImportedFile], safe=True)
+
+
 def _add_blobs(store: "StoreHandle") -> None:
-    """Schema 15: large images and documents from tools, kept once by their hash (``tables/blobs.py``)."""
+    """Schema 16: large images and documents from tools, kept once by their hash (``tables/blobs.py``)."""
     store.db.create_tables([Blob], safe=True)
 
 
 def _add_workers(store: "StoreHandle") -> None:
-    """Schema 16: the workers, kept by their heartbeats (``dayflow workers``)."""
+    """Schema 17: the workers, kept by their heartbeats (``dayflow workers``)."""
     store.db.create_tables([Worker], safe=True)
 
 
@@ -159,7 +169,7 @@ MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
                                                     _add_cancel_and_priority, _add_title, _add_call_charges,
-                                                    _add_blobs, _add_workers)
+                                                    _add_sources, _add_blobs, _add_workers)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

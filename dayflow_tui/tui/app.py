@@ -28,7 +28,7 @@ from ..store.models import Run
 from ..redaction import redact, redacted_line
 from ..money.cost import format_usd
 from ..safe_text import one_line, printable
-from ..store import Store, effective_status, holder, is_connection_error, owner_alive
+from ..store import Store, effective_status, holder, is_connection_error, is_imported, owner_alive
 from . import bindings, ui_state
 from .colours import STATUS_VARIABLES, readable
 from .commands import DayflowCommands
@@ -85,6 +85,9 @@ def renewed_budget_usd(run: Run, spent: Decimal | None) -> Decimal | None:
     return spent + run.budget_usd
 
 
+FOLLOW_EVERY_S = 1.0  # --follow-claude-code: how often the session files are read again
+
+
 class DayflowApp(App):
     """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
 
@@ -96,9 +99,14 @@ class DayflowApp(App):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
-    def __init__(self, store: Store, *, client_factory: ClientFactory | None = None) -> None:
+    def __init__(self, store: Store, *, client_factory: ClientFactory | None = None,
+                 follow_claude_code: Path | None = None) -> None:
         super().__init__()
         self.store = store
+        # A directory of Claude Code sessions imported again every FOLLOW_EVERY_S on a thread (None: not followed).
+        self.follow_claude_code = follow_claude_code
+        self.follow_worker: Worker | None = None
+        self.follow_said: set[str] = set()
         self.client_factory = client_factory
         self.driving: str | None = None  # the run our worker drives (None before its lease is taken)
         self.drive_worker: Worker | None = None
@@ -131,6 +139,34 @@ class DayflowApp(App):
                                        hidden=state.hidden_columns))
         self.call_after_refresh(self.settle_heap)
         self.set_interval(1.0, self._settle_if_asked)
+        if self.follow_claude_code is not None:
+            self._follow_tick()
+            self.set_interval(FOLLOW_EVERY_S, self._follow_tick)
+
+    def _follow_tick(self) -> None:
+        """Import the followed Claude Code sessions again, unless the last import still runs."""
+        if self.follow_worker is None or self.follow_worker.is_finished:
+            self.follow_worker = self._follow_claude_code()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="follow-claude-code")
+    def _follow_claude_code(self) -> None:
+        """One import of the followed directory on this thread; the screens see the new steps through the
+        database's change marker, as any other writer's. A problem is said once (a note, not an error)."""
+        from ..claude_code.importer import import_claude_code
+
+        lines: list[str] = []
+        try:
+            import_claude_code(self.store, self.follow_claude_code, say=lines.append)
+        except Exception as exc:  # the database or the directory: said, and tried again next tick
+            lines = [f"Following Claude Code sessions: {redacted_line(exc, 200)}"]
+        finally:
+            self.store.close_thread_connection()
+        problems = [line for line in lines if " new step(s)  " not in line and line not in self.follow_said]
+        if problems:
+            self.follow_said.update(problems)
+            self.call_from_thread(self.notify, printable(one_line(problems[0], 300))
+                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                                  title="Claude Code sessions", severity="warning")
 
     heap_to_settle = False
     # A closed long transcript, watched until the settle that frees it: Textual may still hold the screen for
@@ -320,6 +356,8 @@ class DayflowApp(App):
 
     def resume_blocker(self, run: Run) -> str | None:
         """Why ``run`` cannot be resumed from here, or None when it can."""
+        if is_imported(run):
+            return "an imported Claude Code session: read-only here"
         status = effective_status(run)
         if status == "waiting":
             return "it waits for a decision on a tool call (a approves, D denies)"
@@ -335,6 +373,17 @@ class DayflowApp(App):
             return f"this dashboard is driving run {self.driving}"
         return None
 
+    def offer_claude_resume(self, run: Run) -> None:
+        """``r`` on an imported Claude Code session: nothing to pay here. The command that continues it, in its own
+        directory, is put on the clipboard and named (a note, not an error)."""
+        from ..views.runs import claude_resume_command
+
+        command = claude_resume_command(run)
+        self.copy_to_clipboard(command)
+        self.notify(f"Run {printable(run.id)} is an imported Claude Code session, read-only here (nothing to pay). "
+                    f"Continue it with: {printable(one_line(command, 300))} (copied to the clipboard)",
+                    title="Claude Code session", timeout=12)
+
     @property
     def is_driving(self) -> bool:
         return self.drive_worker is not None and not self.drive_worker.is_finished
@@ -347,6 +396,9 @@ class DayflowApp(App):
         shows the price and sets the run's dollar budget. ``run``: the row the
         screen shows, checked at once; the worker reads it afresh with the price.
         """
+        if run is not None and is_imported(run):
+            self.offer_claude_resume(run)
+            return
         blocker = self.resume_blocker(run) if run is not None else None
         if blocker is None and self.pricing is not None:
             blocker = f"the resume of run {self.pricing} is being priced"

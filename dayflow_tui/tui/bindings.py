@@ -181,6 +181,10 @@ class SyncedBindings:
             return
         if self.check_action("resume", ()):
             return
+        if (getattr(run, "source", None) or "dayflow") != "dayflow":
+            event.stop()
+            self.app.offer_claude_resume(run)  # an imported session: how to go on with it, not a refusal
+            return
         blocker = self.app.resume_blocker(run)
         if blocker:
             event.stop()

@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--serve", metavar="HOST:PORT", nargs="?", const=("127.0.0.1", 8000),
                         type=argument(address), help="serve the dashboard to a browser (textual-serve) on "
                         "HOST:PORT (default 127.0.0.1:8000), at a URL with a random token it prints")
+    parser.add_argument("--follow-claude-code", metavar="DIR", nargs="?", const="~/.claude/projects",
+                        help="import Claude Code's sessions under DIR (default ~/.claude/projects) now and again "
+                        "every second while the dashboard is open, so live sessions show as they grow (read-only)")
     return parser
 
 
@@ -55,6 +58,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dayflow-tui: error: cannot listen on {printable(args.serve[0])}:{args.serve[1]}: "
                   f"{printable(exc.strerror or exc)}", file=sys.stderr)
             return 1
+    follow = None
+    if args.follow_claude_code is not None:
+        from pathlib import Path
+
+        follow = Path(args.follow_claude_code).expanduser()
+        if not follow.is_dir():
+            store.close()
+            print(f"dayflow-tui: error: {printable(follow)}: no such directory (Claude Code keeps its sessions in "
+                  "~/.claude/projects)", file=sys.stderr)
+            return 64
     theme = settings.current().theme
     if theme and theme not in DayflowApp.known_themes():
         store.close()
@@ -64,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("DAYFLOW_OFFLINE_DELAY") is None and settings.current().offline_delay_s == 0:
         settings.apply_flags(offline_delay_s=float(WATCHABLE_DELAY_S))  # slow enough to watch a run arrive
     try:
-        DayflowApp(store).run()
+        DayflowApp(store, follow_claude_code=follow).run()
     finally:
         store.close()
     return 0

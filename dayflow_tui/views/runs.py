@@ -23,13 +23,13 @@ class RunLine:
     cost: object  # a money.cost.RunCost
 
 
-def run_lines(store, *, limit: int, status: str | None = None) -> tuple[RunLine, ...]:
-    """The newest ``limit`` runs (of ``status``), forks under their parents, with their costs."""
+def run_lines(store, *, limit: int, status: str | None = None, source: str | None = None) -> tuple[RunLine, ...]:
+    """The newest ``limit`` runs (of ``status``, from ``source``), forks under their parents, with their costs."""
     from ..money.cost import run_costs
     from ..store import effective_status
     from .forks import arrange
 
-    runs = store.list_runs(limit=limit, status=[status] if status else None)
+    runs = store.list_runs(limit=limit, status=[status] if status else None, source=source)
     if status in ("running", "interrupted"):
         runs = [r for r in runs if effective_status(r) == status]  # liveness is not in SQL
     costs = run_costs(store, [r.id for r in runs])
@@ -51,7 +51,10 @@ def run_json(line: RunLine) -> dict:
             **run_cost_json(line.cost, r.budget_usd), "error": r.error, "parent_id": r.parent_id,
             "forked_at": r.forked_at, "agent": r.agent or "brief", "priority": r.priority or 0,
             "cancel": None if r.cancel_at is None else {"at": r.cancel_at, "by": r.cancelled_by,
-                                                        "reason": r.cancel_reason}}
+                                                        "reason": r.cancel_reason},
+            "source": r.source or "dayflow",
+            "session": None if (r.source or "dayflow") == "dayflow" else {
+                "id": r.external_id, "dir": r.external_dir, "git_branch": r.external_branch}}
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,12 @@ def read_preview(store, run_id: str, *, tasks: int = PREVIEW_TASKS) -> Preview:
     run = store.get_run(run_id)
     return Preview(run, tuple(store.list_tasks(include_done=True, run_id=run.id)[:tasks + 1]),
                    run_cost(store, run.id).total)
+
+
+def claude_resume_command(run: Run) -> str:
+    """The shell command that continues an imported Claude Code session where it was made (its directory quoted)."""
+    import shlex
+
+    session = shlex.quote(run.external_id or "")
+    return f"cd {shlex.quote(run.external_dir)} && claude --resume {session}" if run.external_dir \
+        else f"claude --resume {session}"

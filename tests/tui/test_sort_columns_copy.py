@@ -106,7 +106,7 @@ async def test_c_hides_a_column_and_the_next_start_remembers(runs_db):
             await wait_for(pilot, lambda: "agent" in header(app) and "tokens" not in header(app))
             assert "zeta" in screen_text(app)
         saved = json.loads(ui_state.state_path().read_text())
-        assert set(saved["hidden_columns"]) == {"tokens in/out"}
+        assert set(saved["hidden_columns"]) == {"tokens in/out", "source"}  # source: hidden unless chosen
         again = DayflowApp(store)
         async with again.run_test(size=(160, 50)) as pilot:
             await settle(pilot)

@@ -72,6 +72,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise DayflowError("no unfinished run to resume")
         run_id = latest.id
     run = store.get_run(run_id)
+    from ...store import refuse_imported
+
+    refuse_imported(run)  # read-only: nothing is priced, claimed or written
     if args.dry_run:
         return _dry_run(store, run, args)
     if run.status == "done":

@@ -15,13 +15,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ...views.titles import run_title
 
     store = open_for_reading(args)
-    lines = run_lines(store, limit=args.limit, status=args.status)
+    lines = run_lines(store, limit=args.limit, status=args.status, source=args.source)
     if args.json:
         print(printable_json([run_json(line) for line in lines]))
         return 0
     if not lines:
-        if args.status:
-            print(f"no {args.status} runs", file=sys.stderr)
+        if args.status or args.source:
+            print(f"no {' '.join(w for w in (args.status, args.source) if w)} runs", file=sys.stderr)
         else:
             print("no runs yet; start one with: dayflow brief", file=sys.stderr)
     for shown in lines:  # forks under their parents: the same tree as the dashboard's (views.forks)
@@ -39,7 +39,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
             line += f"  priority={r.priority}"
         if r.cancel_at and r.status != "cancelled":
             line += "  cancel asked"
-        if r.parent_id and not depth:
+        imported = (r.source or "dayflow") != "dayflow"
+        if imported:
+            line += f"  source={printable(r.source)}"
+            if r.parent_id:
+                line += f"  subagent of {printable(r.parent_id)}" if not depth else "  subagent"
+            if r.external_dir:
+                line += f"  dir={printable(r.external_dir)}"
+        elif r.parent_id and not depth:
             line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
         elif r.parent_id:
             line += f"  at step {r.forked_at}"

@@ -124,8 +124,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     if args.anthropic:
         from ...agent.request import replay_request
-        from ...store import dumps
+        from ...store import dumps, is_imported
         from ...store.transfer import new_file
+
+        for rid in run_ids:  # Dayflow rebuilds the request of its own runs only (system prompt, tools)
+            if is_imported(store.get_run(rid)):
+                raise UsageError(f"run {printable(rid)} is an imported Claude Code session: its requests are not "
+                                 "Dayflow's to rebuild; export it with --jsonl or --otlp-file")
 
         bodies = [replay_request(store, rid) for rid in run_ids]
         with new_file(args.anthropic, "dayflow export") as out:
@@ -171,6 +176,14 @@ def _export_traces(store, run_ids: list[str], args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.claude_code is not None:
+        if args.file is not None or args.as_new:
+            raise UsageError("--claude-code DIR takes no FILE and no --as-new (give one or the other)")
+        from .claude_code import import_sessions
+
+        return import_sessions(args)
+    if args.file is None:
+        raise UsageError("import needs a FILE written by `dayflow export --jsonl`, or --claude-code [DIR]")
     from ...store.transfer import import_archive, read_archive
 
     archive = read_archive(args.file)  # the whole file is checked before the database is opened

@@ -25,6 +25,7 @@ from ..models import Approval, Run
 from . import blobs
 from ..retry import attempt_number, store_call
 from ..status import RunStatus
+from .imported import refuse_if_imported
 from .runs import set_run
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ def decide(store: StoreHandle, run_id: str, tool_use_id: str | None, *, approve:
     queued again in the same transaction: a worker or ``dayflow resume``
     continues it, answering the calls from these rows.
     """
+    refuse_if_imported(store, run_id)  # nothing of an imported session waits here
     token = new_token()
     try:
         return decide_with(store, run_id, tool_use_id, token, approve=approve, by=by, host=host, reason=reason,

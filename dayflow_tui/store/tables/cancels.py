@@ -24,6 +24,7 @@ from ..retry import attempt_number, store_call
 from ..search.index import index_run_text
 from ..status import ENDED, RunStatus
 from .runs import get_run
+from .imported import refuse_imported
 
 if TYPE_CHECKING:
     from ..handle import StoreHandle
@@ -48,6 +49,7 @@ def cancel_run(store: StoreHandle, run_id: str, *, by: str, reason: str | None) 
     """Cancel ``run_id`` (an id or its start) for ``by`` (user@host, or "dashboard"), saying ``reason``."""
     for _ in range(TRIES):
         run = get_run(store, run_id)
+        refuse_imported(run)
         if attempt_number() and run.cancelled_by == by and run.cancel_reason == reason:
             # An earlier try committed; only its answer was lost with the connection.
             return CancelOutcome(run.id, run.status == RunStatus.RUNNING.value, run.status, None)

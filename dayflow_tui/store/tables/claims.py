@@ -18,6 +18,7 @@ from ..models import Run
 from ..retry import attempt_number, store_call
 from ..status import RunStatus
 from .database import db_now
+from .imported import refuse_imported
 from .resumes import record_resume
 from .runs import get_run
 
@@ -46,6 +47,7 @@ def claim(store: StoreHandle, run_id: str, *, stale_after: float = STALE_AFTER_S
 @store_call
 def claim_with(store: StoreHandle, run_id: str, token: str, *, stale_after: float, fresh_attempts: bool) -> Lease:
     run = get_run(store, run_id)
+    refuse_imported(run)  # an imported session is never driven here
     if run.lease_token == token:
         return Lease(store, run.id, token)  # an earlier try committed; only its answer was lost
     still_refused(run)  # a run waiting for a person is continued by the decision, not claimed; nor a cancelled one

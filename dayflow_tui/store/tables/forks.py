@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...config.errors import UsageError
 from .approvals import AUTO
+from .imported import refuse_imported
 from ..models import Approval, Run, Step
 from ..retry import attempt_number, store_call
 from ..search.index import index_runs
@@ -102,6 +103,7 @@ def fork_run(store: StoreHandle, parent_id: str, plan: ForkPlan, *,
     """
     run_id = run_id or uuid.uuid4().hex[:12]
     parent = get_run(store, parent_id)
+    refuse_imported(parent)  # an imported session's history is not a Messages API conversation to go on from
     steps = read_steps(store, parent.id)
     rows = planned_steps(parent, steps, plan)
     fork = Run(id=run_id, user_msg=parent.user_msg, status=RunStatus.FORKED.value,

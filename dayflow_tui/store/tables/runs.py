@@ -139,7 +139,7 @@ def filter_runs(query, status: Iterable[str] | None, search: str | None):
 def list_runs(store: StoreHandle, *, limit: int = 50, before: tuple[str, str] | None = None,
               after: tuple[str, str] | None = None, oldest_first: bool = False, skip: int = 0,
               status: Iterable[str] | None = None, search: str | None = None,
-              not_status: Iterable[str] | None = None) -> list[Run]:
+              not_status: Iterable[str] | None = None, source: str | None = None) -> list[Run]:
     """Runs newest first, a window at a time (keyset on ``(created_at, id)``).
 
     ``before`` a key: the page below it. ``after`` a key: the page above it, nearest first (oldest
@@ -159,6 +159,8 @@ def list_runs(store: StoreHandle, *, limit: int = 50, before: tuple[str, str] | 
     query = filter_runs(query, status, search)
     if not_status:
         query = query.where(Run.status.not_in(sorted(set(not_status))))
+    if source is not None:
+        query = query.where(Run.source == source)
     if after is not None or oldest_first:
         query = query.order_by(Run.created_at.asc(), Run.id.asc())
     else:

@@ -52,6 +52,9 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
                          fn.SUM(Step.web_search_requests).alias("web_search_requests"),
                          fn.COUNT(Step.n).alias("calls"), fn.MAX(Step.input_tokens).alias("largest_input"))
              .join(Run, on=(Step.run == Run.id))
+             # An imported session's prompts and markers are steps without a model call (no tokens): not calls.
+             .where((Run.source == "dayflow") | ~Step.stop_reason.startswith("claude-code:")
+                    | Step.stop_reason.is_null())
              # By position: PostgreSQL would see SUBSTR's bound arguments as a different expression.
              .group_by(SQL("1"), SQL("2"), SQL("3")))
     if run_ids is not None:

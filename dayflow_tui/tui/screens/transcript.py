@@ -367,6 +367,9 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
     def action_fork(self) -> None:
         """Fork at the highlighted step (the brief line: at the last step)."""
         index = self._selected()
+        if self.run is not None and (getattr(self.run, "source", None) or "dayflow") != "dayflow":
+            self.app.offer_claude_resume(self.run)  # an imported session is not forked here
+            return
         if not self.views:
             self.app.notify("This run has no step to fork at.", severity="warning")
             return

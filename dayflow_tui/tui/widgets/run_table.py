@@ -35,18 +35,18 @@ _KNOWN_STATUSES = frozenset(member.value for member in RunStatus)
 # (title, width, right-aligned); the last column takes the rest of the line.
 COLUMNS = (("id", 14, False), ("status", 13, False), ("started UTC", 11, False), ("steps", 5, True),
            ("tokens in/out", 17, True), ("cost", 8, True), ("model", 12, False), ("agent", 10, False),
-           ("activity", 8, True), ("title / error", 0, False))
+           ("activity", 8, True), ("source", 7, False), ("title / error", 0, False))
 # Columns a person may hide (``c``): all but the run's id and its title. Hidden unless chosen: agent
 # (the title says "[agent]" for any but the brief).
 OPTIONAL = tuple(title for title, width, _right in COLUMNS if width and title != "id")
-HIDDEN_BY_DEFAULT = frozenset({"agent"})
+HIDDEN_BY_DEFAULT = frozenset({"agent", "source"})  # source: an imported run's title says [claude-code] anyway
 # The column each sort orders by (its title gets the arrow).
 SORTED_COLUMN = {"started": "started UTC", "cost": "cost", "steps": "steps", "status": "status", "agent": "agent"}
 
 
 # Columns given up first when the terminal is narrow, so the task or error (the last column) keeps room:
 # at 80 columns a row shows id, status, steps, cost and the task.
-DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out", "agent")  # agent: shown only when chosen
+DROP_ORDER = ("model", "activity", "started UTC", "tokens in/out", "agent", "source")  # agent: shown only when chosen
 TASK_ROOM = 16
 
 
@@ -281,7 +281,10 @@ class RunTable(ScrollView, can_focus=True):
         if agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
         depth = self.window.depth.get(run.id, 0)
-        if getattr(run, "parent_id", None):
+        source = getattr(run, "source", None) or "dayflow"
+        if getattr(run, "parent_id", None) and source != "dayflow":  # an imported session's subagent
+            note = f"↳ {run.parent_id} {note or ''}" if not depth else f"↳ {note or ''}"
+        elif getattr(run, "parent_id", None):
             note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}" if not depth else f"⑂ @{run.forked_at} {note or ''}"
         if depth:
             note = "  " * (depth - 1) + "└─ " + (note or "")
@@ -300,6 +303,7 @@ class RunTable(ScrollView, can_focus=True):
             (one_line(run.model, 40), dim),
             (one_line(agent or "brief", 40), dim),
             (formatting.ago(run.updated_at), dim),
+            ("claude" if source == "claude-code" else one_line(source, 40), dim),
             (one_line(note or "", 200), dim if run.status == "done" else status_style),
         ], width, self.hidden)
 
