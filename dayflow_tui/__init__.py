@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Agent", "Document", "Image", "Param", "ToolContext", "__version__", "mcp", "open_store", "tool"]
+__all__ = ["Agent", "Document", "Image", "Param", "ToolContext", "__version__", "mcp", "open_store", "tool", "tool_from_agent"]
 
 if TYPE_CHECKING:
     from .agent.define import Agent, Param, ToolContext, tool
@@ -32,6 +32,8 @@ def __getattr__(name: str) -> Any:
         from .agent import define
 
         value = getattr(define, name)
+    elif name == "tool_from_agent":  # a subagent as a tool (``agent.subagents``)
+        from .agent.subagents import tool_from_agent as value
     elif name == "mcp":  # mcp.stdio(...): an agent's MCP servers (``agent.mcp_servers``)
         from .agent import mcp_servers as value
     elif name in ("Image", "Document"):

@@ -80,6 +80,7 @@ class Tool:
     needs_approval: bool | Callable[[dict], bool] = field(default=False, compare=False)
     checks_input: bool = field(default=True, compare=False)  # False: the MCP server checks its own arguments
     server: str | None = None  # the MCP server it comes from (None: a Python function)
+    subagent: Any = field(default=None, compare=False, repr=False)  # the Agent a call hands its task to
 
     def to_api(self) -> dict:
         """The tool as the Messages API is sent it."""

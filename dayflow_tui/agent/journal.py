@@ -42,6 +42,7 @@ def answer_call(store: Store, ctx: ToolContext, lease: Lease, n: int, block: dic
             if plain:
                 store.start_call(ctx.run_id, n, block, lease)
             pause_point("tools")
+            ctx.call_id = call_id(block)
             payload, is_error = run_tool(ctx, block.get("name", ""), block.get("input") if args is None else args)
             answer = tool_result(block, payload, is_error)
     store.keep_call_result(ctx.run_id, n, block, answer, lease)

@@ -42,7 +42,17 @@ def resolve_ref(spec: str) -> str:
 
 
 def load_agent(ref: str | None) -> Agent:
-    """The agent ``ref`` names (None: the built-in brief); ``AgentNotFound`` with one line otherwise."""
+    """The agent ``ref`` names (None: the built-in brief); ``AgentNotFound`` with one line otherwise.
+
+    ``PARENT_REF>NAME`` is the subagent ``NAME`` of the agent ``PARENT_REF`` (a child run's record).
+    """
+    if ref and ">" in ref:
+        parent_ref, _sep, name = ref.rpartition(">")
+        parent = load_agent(parent_ref)
+        found = next((t.subagent for t in parent.tools if t.subagent is not None and t.subagent.name == name), None)
+        if found is None:
+            raise AgentNotFound(f"agent {ref}: {parent.name} has no subagent {name!r}")
+        return found.connected()
     if not ref or ref == "brief":
         return builtin()
     target, _sep, attr = ref.rpartition(":")

@@ -188,6 +188,12 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
                          validated=validated)
 
 
+def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None) -> RunResult:
+    """Drive a run this process holds the lease of with ``agent`` (a subagent's run, started by its parent's
+    call: ``subagents.py``)."""
+    return _drive_leased(store, run_id, lease, client=client, agent=agent)
+
+
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
     """Drive a claimed run, watched by every registered ``DriveWatch`` (the live trace export, when set)."""
     watching = []

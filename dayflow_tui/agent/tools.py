@@ -81,6 +81,7 @@ class ToolContext:
     run_id: str
     today: date
     agent: Any
+    call_id: str = ""  # the tool_use id of the call being run (a subagent's run is keyed by it)
 
     @property
     def tools_of(self) -> Any:

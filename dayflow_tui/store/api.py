@@ -136,6 +136,13 @@ class Store:
                                compact_at=compact_at, run_id=run_id, status=status, budget_usd=budget_usd,
                                approval_tools=approval_tools, agent=agent, priority=priority)
 
+    def create_child_run(self, parent_id: str, call_id: str, user_msg: str, *, model: str, max_steps: int = 12,
+                         budget_usd: Decimal | None = None,
+                         agent: dict[str, Any] | None = None) -> tuple[Run, Lease | None]:
+        """A subagent's run for the parent's call: made and leased here, or the one made before (no lease)."""
+        return runs.create_child_run(self, parent_id, call_id, user_msg, model=model, max_steps=max_steps,
+                                     budget_usd=budget_usd, agent=agent)
+
     def create_claimed_run(self, user_msg: str, *, model: str, budget_tokens: int | None = None,
                            max_steps: int = 12, compact_at: int | None = None, run_id: str | None = None,
                            budget_usd: Decimal | None = None, approval_tools: Iterable[str] | None = None,

@@ -106,6 +106,8 @@ class Run(BaseModel):
     # parent's rows, paid once, by the parent).
     parent_id = CharField(max_length=32, null=True, index=True)
     forked_at = IntegerField(null=True)
+    # A subagent's run (schema 18): the parent's tool call that started it (parent_id is the parent run).
+    parent_call_id = CharField(max_length=64, null=True)
     # The agent (schema 9): its name, where to load it from again (None: the built-in brief; "pkg.mod:attr"
     # or "/abs/path/file.py:attr"), and its shape (system prompt, tool schemas, model) with its sha256, so a
     # resume that finds the code changed can say what changed.

@@ -164,12 +164,17 @@ def _add_workers(store: "StoreHandle") -> None:
     store.db.create_tables([Worker], safe=True)
 
 
+def _add_child_runs(store: "StoreHandle") -> None:
+    """Schema 18: a subagent's run records the parent's call that started it (``runs.parent_call_id``)."""
+    add_column(store, Run, Run.parent_call_id)
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
                                                     _add_cancel_and_priority, _add_title, _add_call_charges,
-                                                    _add_sources, _add_blobs, _add_workers)
+                                                    _add_sources, _add_blobs, _add_workers, _add_child_runs)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable
 
+import peewee
 from peewee import fn
 
 from ...config.errors import RunBusy, RunNotFound
@@ -75,6 +77,34 @@ def create_claimed_run(store: StoreHandle, user_msg: str, *, model: str, budget_
                                budget_tokens=budget_tokens, max_steps=max_steps, compact_at=compact_at,
                                attempts=1, budget_usd=budget_usd, approval_tools=_names(approval_tools),
                                priority=priority, **_agent_values(agent)), token=token)
+    except BaseException:
+        forget_token(token)
+        raise
+    return get_run(store, run_id), Lease(store, run_id, token)
+
+
+def child_run_id(parent_id: str, call_id: str) -> str:
+    """The id of the run a parent's call starts: fixed by the call, so it is made once whatever crashes."""
+    return "c" + hashlib.sha256(f"{parent_id}\x00{call_id}".encode()).hexdigest()[:11]
+
+
+def create_child_run(store: StoreHandle, parent_id: str, call_id: str, user_msg: str, *, model: str,
+                     max_steps: int = 12, budget_usd: Decimal | None = None,
+                     agent: dict[str, Any] | None = None) -> tuple[Run, Lease | None]:
+    """The run of a subagent for ``parent_id``'s call ``call_id``: made now and leased here, or (None for the
+    lease) the one an earlier attempt made, to be resumed or read. Never two for one call."""
+    run_id = child_run_id(parent_id, call_id)
+    existing = Run.get_or_none(Run.id == run_id)
+    if existing is not None:
+        return existing, None
+    token = new_token()
+    try:
+        insert_run(store, dict(id=run_id, user_msg=user_msg, status=RunStatus.RUNNING.value, model=model,
+                               max_steps=max_steps, attempts=1, budget_usd=budget_usd, parent_id=parent_id,
+                               parent_call_id=call_id, **_agent_values(agent)), token=token)
+    except peewee.IntegrityError:
+        forget_token(token)
+        return get_run(store, run_id), None  # made by a racing attempt a moment ago
     except BaseException:
         forget_token(token)
         raise

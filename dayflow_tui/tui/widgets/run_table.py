@@ -282,7 +282,8 @@ class RunTable(ScrollView, can_focus=True):
             note = f"[{agent}] {note or ''}"
         depth = self.window.depth.get(run.id, 0)
         source = getattr(run, "source", None) or "dayflow"
-        if getattr(run, "parent_id", None) and source != "dayflow":  # an imported session's subagent
+        # A subagent's run (its parent's call started it), or an imported session's subagent: nested, marked ↳.
+        if getattr(run, "parent_id", None) and (source != "dayflow" or getattr(run, "parent_call_id", None)):
             note = f"↳ {run.parent_id} {note or ''}" if not depth else f"↳ {note or ''}"
         elif getattr(run, "parent_id", None):
             note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}" if not depth else f"⑂ @{run.forked_at} {note or ''}"
