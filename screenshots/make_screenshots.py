@@ -1,35 +1,365 @@
 """Regenerate the README's screenshots by driving the real dashboard with Pilot.
 
-    .venv/bin/python screenshots/make_screenshots.py
+    .venv/bin/python screenshots/make_screenshots.py            # writes the SVGs into this folder
+    .venv/bin/python screenshots/make_screenshots.py --out DIR  # elsewhere (tests/test_screenshots_script.py)
 
-Builds a demo database with the real loop on the offline model (one run per
-status, a run with hostile content), then saves SVGs of the run list, a
-transcript, its JSON view, the tasks screen, a search, a resume in progress and the run list
-on an 80x24 terminal into this folder.
+Builds a realistic database with the real loop, then saves SVGs of the run list (120x36 and 80x24), a
+transcript, its JSON view, the tasks screen, a search, a resume in progress and a reply arriving mid-stream.
+
+The database: four days of runs from three agents, the built-in brief and the two in ``demo_agents.py`` (a
+triage agent that titles its runs, a research agent whose model names each run with ``set_title`` and pays
+for web searches), in every status (done, running, interrupted, failed, budget, queued with priorities,
+waiting for approval, cancelled), with forks under their parents. Every run is priced as claude-sonnet-4-5:
+the brief's runs by the offline model's usage estimate, the user agents' by usage made up here from a
+hash of the task (the same on every machine). The clock is pinned (``NOW``), ids are fixed, step durations
+are fixed (``SteadyTimer``), animations are off and every read has finished before a snap; only a few
+pauses are timed, so the script needs a quiet machine (about 20 s).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import hashlib
+import itertools
+import json
 import os
 import sys
 import tempfile
-from datetime import timedelta
+import threading
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dayflow_tui.agent.offline import OfflineClient  # noqa: E402
-from dayflow_tui.store import open_store  # noqa: E402
-from dayflow_tui.tui import demo_data  # noqa: E402
+os.environ["TEXTUAL_ANIMATIONS"] = "none"
+os.environ["DAYFLOW_OFFLINE_DELAY"] = "0"
+for _name in ("DAYFLOW_MODEL", "DAYFLOW_PRICES", "DAYFLOW_CONFIG", "DAYFLOW_COMPACT_AT", "DAYFLOW_CALL_LOG",
+              "DAYFLOW_OTEL_ENDPOINT"):
+    os.environ.pop(_name, None)
+
+from dayflow_tui.agent import driver, runs  # noqa: E402
+from dayflow_tui.agent.registry import agent_columns  # noqa: E402
+from dayflow_tui.agent.offline import OfflineClient, _streamed  # noqa: E402
+from dayflow_tui.agent.offline_message import OfflineMessage  # noqa: E402
+from dayflow_tui.config.errors import ModelCallFailed  # noqa: E402
+from dayflow_tui.money.tokens import estimate_tokens  # noqa: E402
+from dayflow_tui.store import StepRecord, open_store  # noqa: E402
+from dayflow_tui.store.tables.forks import ForkPlan  # noqa: E402
+from dayflow_tui.tui.demo_data import clock_at  # noqa: E402
 from dayflow_tui.tui.app import DayflowApp  # noqa: E402
 from dayflow_tui.tui.pilot_support import wait_until  # noqa: E402
 from dayflow_tui.tui.screens.transcript import TranscriptScreen  # noqa: E402
 from dayflow_tui.tui.widgets.run_table import RunTable  # noqa: E402
 
-SIZE = (120, 34)
+import demo_agents  # noqa: E402  (this folder, on the path as the script's own)
 
+SIZE = (120, 36)
+SMALL = (80, 24)
+MODEL = "claude-sonnet-4-5"
+NOW = datetime(2026, 12, 4, 16, 40)  # a Friday afternoon: the runs span Tuesday to Friday
+AGENTS_FILE = str(HERE / "demo_agents.py")
+SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
+         "resume.svg", "reply-streaming.svg")
+
+
+class SteadyTimer:
+    """Stands in for the driver's ``time`` module: every model call takes exactly 2.3 s."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
+
+    def monotonic(self) -> float:
+        return next(self._ticks) * 2.3
+
+
+# -- a model for the user agents: scripted replies, usage made up from a hash ------------------------------
+
+RESEARCH_ANSWERS = {
+    "replication": ("Postgres replication, 2 TB",
+                    "https://www.postgresql.org/docs/current/logical-replication.html",
+                    "## Recommendation\npglogical 2.4 for the move, then native logical replication.\n\n"
+                    "- **Native** (PG 16+): no extension, but initial copy of 2 TB takes ~9 h at 60 MB/s.\n"
+                    "- **pglogical**: parallel table sync, row filters; maintenance only.\n"
+                    "- **Debezium**: only if Kafka is already there.\n\nSources: postgresql.org, 2ndQuadrant."),
+    "ai act": ("EU AI Act and our chatbot",
+               "https://eur-lex.europa.eu/eli/reg/2024/1689/oj",
+               "## In short\nHigh-risk obligations apply from 2 August 2026; nothing new starts in December.\n\n"
+               "- GPAI providers: transparency duties since Aug 2025.\n- Our chatbot: disclose it is a bot.\n\n"
+               "Sources: EUR-Lex, Commission Q&A (Nov 2026)."),
+    "vector": ("Vector search under $200/mo",
+               "https://www.postgresql.org/docs/current/logical-replication.html",
+               "## Shortlist\npgvector on the existing Postgres first; Qdrant Cloud if recall drops.\n\n"
+               "- pgvector HNSW: 5M vectors fit the current instance.\n- Qdrant 1 GB tier: $25/month."),
+    "rate limit": ("API rate limits, nightly batch",
+                   "https://www.postgresql.org/docs/current/logical-replication.html",
+                   "## Answer\nTier 3 allows 2,000 requests/min; the nightly job peaks at 340.\n\n"
+                   "- Use the Message Batches API: half price, 24 h window."),
+}
+
+
+def _topic(task: str) -> str:
+    lower = task.lower()
+    return next((key for key in RESEARCH_ANSWERS if key in lower), "replication")
+
+
+def _texts(messages: list[dict]) -> str:
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(out)
+
+
+def _triage_reply(task: str, step: int, history: str) -> tuple[list[dict], str]:
+    queue = "billing" if "billing" in task.lower() else "acme"
+    if step == 1:
+        return ([{"type": "text", "text": f"Reading the {queue} queue."},
+                 {"type": "tool_use", "id": "toolu_tri0101", "name": "list_tickets", "input": {"queue": queue}}],
+                "tool_use")
+    tickets = demo_agents.TICKETS[queue]
+    labels = {"T-4812": "urgent", "T-4815": "billing", "T-4817": "how-to", "B-221": "billing", "B-224": "billing"}
+    if step == 2:
+        calls = [{"type": "tool_use", "id": f"toolu_tri02{i:02d}", "name": "label_ticket",
+                  "input": {"ticket_id": t["id"], "label": labels[t["id"]]}} for i, t in enumerate(tickets)]
+        if "close answered" in task.lower():
+            calls.append({"type": "tool_use", "id": "toolu_tri0299", "name": "label_ticket",
+                          "input": {"ticket_id": tickets[-1]["id"], "label": "close"}})
+        return [{"type": "text", "text": f"Labelling {len(tickets)} tickets."}] + calls, "tool_use"
+    if queue == "billing":
+        answer = ("2 billing tickets labelled: B-221 needs the VAT number re-issued (20 h old), "
+                  "B-224 wants the annual plan: send the quote today.")
+    else:
+        answer = ("3 tickets labelled. T-4812 urgent: webhook deliveries 5 h late, page on-call. "
+                  "T-4815 billing: refund the double charge. T-4817 how-to: link the key-rotation guide.")
+    return [{"type": "text", "text": answer}], "end_turn"
+
+
+def _research_reply(task: str, step: int, history: str) -> tuple[list[dict], str]:
+    title, url, answer = RESEARCH_ANSWERS[_topic(task)]
+    if step == 1:
+        return ([{"type": "text", "text": "Searching the web for current sources, then reading the primary one."},
+                 {"type": "tool_use", "id": "toolu_res0100", "name": "set_title", "input": {"title": title}},
+                 {"type": "tool_use", "id": "toolu_res0101", "name": "fetch_page", "input": {"url": url}}],
+                "tool_use")
+    if "open-source" in history:
+        answer = answer.replace("## Recommendation", "## Recommendation (open-source only)")
+    return [{"type": "text", "text": answer}], "end_turn"
+
+
+class ScriptedClient:
+    """Quacks like ``anthropic.Anthropic`` for the user agents: a scripted reply per step, usage from a hash of
+    the task and step (so a run costs what a real one would, and the same every time)."""
+
+    def __init__(self) -> None:
+        self.messages = self
+        self.calls = 0
+
+    def create(self, *, model: str, messages: list[dict], tools: list[dict] | None = None, stream: bool = False,
+               **_: object):
+        self.calls += 1
+        names = {t.get("name") for t in tools or []}
+        step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        task = _texts(messages[:1])
+        history = _texts(messages)
+        research = "fetch_page" in names
+        content, stop = (_research_reply if research else _triage_reply)(task, step, history)
+        seed = int(hashlib.sha256(f"{task}|{step}".encode()).hexdigest()[:8], 16)
+        prompt = estimate_tokens({"tools": tools, "messages": messages})
+        # A research step reads search results: tens of thousands of tokens, mostly from the cache.
+        scale = 9 if research else 2
+        written = (2400 + seed % 900) * scale if step == 1 else 600 + seed % 400
+        read = 0 if step == 1 else (2400 + seed % 900) * scale + prompt
+        usage = {"input_tokens": prompt + seed % 700, "cache_creation_input_tokens": written,
+                 "cache_read_input_tokens": read, "output_tokens": 180 + seed % 600 + (500 if stop == "end_turn" else 0)}
+        if research and step == 1:
+            usage["server_tool_use"] = {"web_search_requests": 3 + seed % 4}
+        message = OfflineMessage.model_validate({
+            "id": f"msg_shot_{seed:08x}{step:02d}", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage})
+        return _streamed(message.to_dict(mode="json"), 0) if stream else message
+
+
+class FailingScripted(ScriptedClient):
+    """The scripted model whose call number ``fail_on`` fails like an overloaded API."""
+
+    def __init__(self, fail_on: int) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    def create(self, **request):
+        if self.calls + 1 == self.fail_on:
+            self.calls += 1
+            raise RuntimeError("529 overloaded_error: the API is overloaded, try again later")
+        return super().create(**request)
+
+
+class BriefModel:
+    """The offline model for the built-in brief, its usage scaled to what the real API reports for a brief (the
+    offline estimate counts a few hundred tokens a call; a real brief reads a few thousand)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self._offline = OfflineClient(delay=delay)
+        self.messages = self
+        self.calls = 0
+
+    def create(self, **request):
+        self.calls += 1
+        reply = self._offline.messages.create(**{**request, "stream": False}).to_dict(mode="json")
+        usage = reply["usage"]
+        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            usage[name] = (usage.get(name) or 0) * 6
+        usage["output_tokens"] = (usage.get("output_tokens") or 0) * 3
+        return _streamed(reply, 0) if request.get("stream") else OfflineMessage.model_validate(reply)
+
+
+class FailingBrief(BriefModel):
+    """The brief's model whose call number ``fail_on`` fails like an overloaded API."""
+
+    def __init__(self, fail_on: int) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    def create(self, **request):
+        if self.calls + 1 == self.fail_on:
+            self.calls += 1
+            raise RuntimeError("529 overloaded_error: the API is overloaded, try again later")
+        return super().create(**request)
+
+
+class HeldMidStream:
+    """The brief's model; its first reply streams ``held_at`` events and then holds until the app stops."""
+
+    held_at = 14
+
+    def __init__(self) -> None:
+        self._model = BriefModel()
+        self.messages = self
+        self.waiting = threading.Event()
+        self.app = None
+
+    def create(self, **request):
+        events = self._model.create(**request)
+
+        def held():
+            for number, event in enumerate(events):
+                if number == self.held_at:
+                    self.waiting.set()
+                    deadline = time.monotonic() + 60
+                    while self.app is not None and self.app.is_running and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                yield event
+
+        return held()
+
+
+# -- the database --------------------------------------------------------------------------------------------
+
+def day(n: int, hour: int, minute: int = 0) -> datetime:
+    """Tuesday 1 December is day 1."""
+    return datetime(2026, 11, 30, hour, minute) + timedelta(days=n)
+
+
+def brief(store, run_id: str, at: datetime, task: str | None = None, **options) -> None:
+    with clock_at(at):
+        try:
+            runs.run_brief(store, run_id=run_id, user_msg=task, model=MODEL,
+                           client=options.pop("client", None) or BriefModel(), **options)
+        except (SystemExit, ModelCallFailed):
+            pass  # an interrupted (crash_after_step) or failed run: recorded as such
+
+
+def user_run(store, agent, run_id: str, at: datetime, task: str, **options) -> None:
+    name = "TRIAGE" if agent is demo_agents.TRIAGE else "RESEARCH"
+    with clock_at(at):
+        try:
+            runs.run_brief(store, run_id=run_id, user_msg=task, model=MODEL, agent=agent,
+                           agent_ref=f"{AGENTS_FILE}:{name}",
+                           client=options.pop("client", None) or ScriptedClient(), **options)
+        except (SystemExit, ModelCallFailed):
+            pass
+
+
+def queue(store, agent, run_id: str, at: datetime, task: str, priority: int = 0) -> None:
+    name = "TRIAGE" if agent is demo_agents.TRIAGE else "RESEARCH"
+    columns = agent_columns(agent, f"{AGENTS_FILE}:{name}")
+    columns["title"] = agent.title_for(task)
+    with clock_at(at):  # as ``dayflow run --queue`` records it, with a fixed id
+        store.create_run(task, model=MODEL, run_id=run_id, status="queued", agent=columns, priority=priority)
+
+
+def fork(store, parent: str, run_id: str, at: datetime, step: int, note: str, client) -> None:
+    with clock_at(at):
+        store.fork_run(parent, ForkPlan(at=step, note=note), run_id=run_id)
+        runs.resume(run_id, store=store, client=client)
+
+
+def build(store):
+    """The demo database; returns the lease of the run this process is driving (release it at the end)."""
+    T, R = demo_agents.TRIAGE, demo_agents.RESEARCH
+    # Tuesday
+    brief(store, "brf-1201-0730", day(1, 7, 30))
+    user_run(store, T, "tri-1201-0900", day(1, 9), "ACME")
+    user_run(store, R, "res-1201-1410", day(1, 14, 10),
+             "Compare Postgres logical replication tools for moving a 2 TB cluster")
+    fork(store, "res-1201-1410", "res-1201-f1", day(1, 15, 2), 1,
+         "Only open-source tools, please.", ScriptedClient())
+    user_run(store, T, "tri-1201-1600", day(1, 16), "billing")
+    brief(store, "brf-1201-1745", day(1, 17, 45), "What did I promise people today?")
+    # Wednesday
+    brief(store, "brf-1202-0730", day(2, 7, 30), "Brief for Wednesday")
+    fork(store, "brf-1202-0730", "brf-1202-f1", day(2, 8, 5), 1,
+         "Leave the newsletters out of the brief.", BriefModel())
+    fork(store, "brf-1202-0730", "brf-1202-f2", day(2, 8, 20), 2,
+         "Put the budget review first.", BriefModel())
+    user_run(store, T, "tri-1202-0900", day(2, 9), "ACME")
+    user_run(store, R, "res-1202-1130", day(2, 11, 30), "What do the EU AI Act obligations mean for our chatbot?")
+    brief(store, "brf-1202-1815", day(2, 18, 15), "Catch me up on everything since Monday", max_steps=1)
+    user_run(store, R, "res-1202-1640", day(2, 16, 40), "Vector search options under $200/month for 5M embeddings")
+    # Thursday
+    brief(store, "brf-1203-0730", day(3, 7, 30), "Brief for Thursday, ask before adding tasks",
+          approval_tools=("create_task",))
+    user_run(store, T, "tri-1203-0900", day(3, 9), "ACME")
+    user_run(store, R, "res-1203-1020", day(3, 10, 20), "Vector search under $200/mo", max_steps=1)
+    brief(store, "brf-1203-1240", day(3, 12, 40), "What's due before the offsite?", client=FailingBrief(fail_on=2))
+    user_run(store, R, "res-1203-1500", day(3, 15), "Anthropic rate limits for the nightly batch job")
+    queue(store, T, "tri-1203-1700", day(3, 17), "billing")
+    store.cancel_run("tri-1203-1700", by="priya", reason="asked twice")
+    # Friday
+    brief(store, "brf-1204-0730", day(4, 7, 30), "Brief for Friday", crash_after_step=1)
+    user_run(store, T, "tri-1204-0900", day(4, 9), "ACME; close answered tickets")
+    user_run(store, T, "tri-1204-1130", day(4, 11, 30), "billing", client=FailingScripted(fail_on=2))
+    brief(store, "brf-1204-1200", day(4, 12), "Plan my afternoon around the 3pm incident review",
+          crash_after_step=2)
+    user_run(store, R, "res-1204-1345", day(4, 13, 45), "Compare Postgres logical replication tools for a 40 TB cluster")
+    brief(store, "brf-1204-1500", day(4, 15), "Weekly review: what slipped, what is due",
+          crash_after_step=1)
+    queue(store, R, "res-1204-1610", day(4, 16, 10), "What changed in the EU AI Act guidance this week?", priority=0)
+    queue(store, T, "tri-1204-1620", day(4, 16, 20), "ACME", priority=5)
+    queue(store, R, "res-1204-1625", day(4, 16, 25), "Vector search options for 50M embeddings", priority=2)
+    # A research run this process is driving: its first step in, the second being written.
+    with clock_at(day(4, 16, 32)):
+        columns = agent_columns(R, f"{AGENTS_FILE}:RESEARCH")
+        run, lease = store.create_claimed_run("Which CDN has the best price for 40 TB/month egress?", model=MODEL,
+                                              run_id="res-1204-1632", agent=columns)
+        store.set_title(run.id, "CDN egress at 40 TB/month")
+        store.append_step(run.id, StepRecord(
+            n=1, stop_reason="tool_use", model=MODEL, duration_ms=4100, input_tokens=21840, output_tokens=412,
+            cache_creation_input_tokens=18200, web_search_requests=4,
+            assistant=[{"type": "text", "text": "Searching current price pages of four CDNs."},
+                       {"type": "tool_use", "id": "toolu_cdn01", "name": "fetch_page",
+                        "input": {"url": "https://www.cloudflare.com/plans/"}}]), lease=lease)
+        store.set_tool_results(run.id, 1, [{"type": "tool_result", "tool_use_id": "toolu_cdn01",
+                                            "content": json.dumps({"ok": True, "text": "Plans and pricing..."})}])
+    return lease
+
+
+# -- the snaps -----------------------------------------------------------------------------------------------
 
 async def until(pilot, condition, timeout: float = 60.0) -> None:
     try:
@@ -38,75 +368,114 @@ async def until(pilot, condition, timeout: float = 60.0) -> None:
         raise SystemExit("the dashboard did not get there in time") from None
 
 
+def list_ready(app) -> bool:
+    table = app.screen.query(RunTable)
+    spend = app.screen.query("#spend")
+    return bool(table) and table.first().loaded_once and (not spend or "…" not in str(spend.first().render()))
+
+
 async def open_run(pilot, run_id: str) -> TranscriptScreen:
-    pilot.app.screen.query_one(RunTable).select_run(run_id)
+    table = pilot.app.screen.query_one(RunTable)
+    await until(pilot, lambda: any(run.id == run_id for run in table.rows))
+    table.select_run(run_id)
+    await pilot.pause(0.1)
     await pilot.press("enter")
     await until(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen) and pilot.app.screen.views)
-    await pilot.pause(0.3)
+    await pilot.pause(0.4)
     return pilot.app.screen
 
 
-def save(app, name: str) -> None:
-    app.save_screenshot(filename=name, path=str(HERE))
-    print(f"wrote screenshots/{name}")
+class Saver:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def __call__(self, app, name: str) -> None:
+        app.save_screenshot(filename=name, path=str(self.out))
+        print(f"wrote {self.out / name}")
 
 
-async def main() -> None:
-    os.environ["DAYFLOW_OFFLINE_DELAY"] = "0"
+async def snap(store, save: Saver) -> None:
+    os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
+    # Slow enough that the resumed steps visibly arrive one by one.
+    app = DayflowApp(store, client_factory=lambda model: BriefModel(delay=1.5))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: list_ready(app))
+        app.screen.query_one(RunTable).select_run("res-1204-1345")
+        await pilot.pause(0.6)
+        save(app, "run-list.svg")
+
+        await pilot.press("slash", *"replication")
+        await until(pilot, lambda: "hits in" in str(app.screen.query_one("#search-status").content))
+        await pilot.pause(0.4)
+        save(app, "search.svg")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+
+        await open_run(pilot, "res-1201-1410")  # step 1: the title set, a page fetched, web searches paid
+        await pilot.pause(0.4)
+        save(app, "transcript.svg")
+        await pilot.press("v", "right_square_bracket", "enter")
+        await pilot.pause(0.4)
+        save(app, "json-view.svg")
+        await pilot.press("v", "escape")
+        await pilot.pause(0.2)
+
+        await pilot.press("t")
+        await until(pilot, lambda: getattr(app.screen, "loaded", False))
+        await pilot.pause(0.4)
+        save(app, "tasks.svg")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+
+        screen = await open_run(pilot, "brf-1204-0730")
+        await pilot.press("r")
+        await until(pilot, lambda: len(screen.views) == 2 and screen.steps[-1][1])
+        await pilot.pause(0.4)
+        save(app, "resume.svg")
+        await until(pilot, lambda: not app.is_driving)
+        await pilot.press("q")
+
+    # A reply half-way in: the live line shows its words and the tool call forming.
+    held = HeldMidStream()
+    app = DayflowApp(store, client_factory=lambda model: held)
+    held.app = app
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: list_ready(app))
+        screen = await open_run(pilot, "brf-1204-1500")
+        await pilot.press("r")
+        live = screen.query_one("#live")
+        await until(pilot, lambda: held.waiting.is_set() and "arriving" in str(live.render()))
+        await pilot.pause(0.4)
+        save(app, "reply-streaming.svg")
+        await pilot.press("q")
+
+    # The same database on an 80x24 terminal: the title or error of the highlighted run below the list.
+    app = DayflowApp(store)
+    async with app.run_test(size=SMALL) as pilot:
+        await until(pilot, lambda: list_ready(app))
+        app.screen.query_one(RunTable).select_run("tri-1204-1130")
+        await pilot.pause(0.5)
+        save(app, "run-list-80x24.svg")
+        await pilot.press("q")
+
+
+async def main(out: Path) -> None:
+    driver.time = SteadyTimer()
     with tempfile.TemporaryDirectory(prefix="dayflow-shots-") as tmp:
-        store = open_store(Path(tmp) / "dayflow.db")
-        lease = demo_data.every_status(store)
-        demo_data.hostile_run(store, "run-hostile-1", demo_data.BASE_TIME + timedelta(minutes=5))
-        demo_data.done_run(store, "3bd67bee3b7f", demo_data.BASE_TIME + timedelta(minutes=55))
-        os.environ["DAYFLOW_FAKE_NOW"] = demo_data.SCREEN_TIME
-        # Slow enough that the resumed steps visibly arrive one by one.
-        app = DayflowApp(store, client_factory=lambda model: OfflineClient(delay=1.5))
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.5)
-            save(app, "run-list.svg")
-
-            await pilot.press("slash", *"priya")
-            await until(pilot, lambda: "hits in" in str(app.screen.query_one("#search-status").content))
-            await pilot.pause(0.3)
-            save(app, "search.svg")
-            await pilot.press("escape")
-            await pilot.pause(0.2)
-
-            await open_run(pilot, "3bd67bee3b7f")
-            await pilot.press("j")
-            await pilot.pause(0.3)
-            save(app, "transcript.svg")
-            await pilot.press("v", "right_square_bracket", "enter")
-            await pilot.pause(0.3)
-            save(app, "json-view.svg")
-            await pilot.press("v", "escape")
-            await pilot.pause(0.2)
-
-            await pilot.press("t")
-            await until(pilot, lambda: getattr(app.screen, "loaded", False))
-            await pilot.pause(0.3)
-            save(app, "tasks.svg")
-            await pilot.press("escape")
-            await pilot.pause(0.2)
-
-            screen = await open_run(pilot, "run-crash-001")
-            await pilot.press("r")
-            await until(pilot, lambda: len(screen.views) == 2 and screen.steps[-1][1])
-            await pilot.pause(0.3)
-            save(app, "resume.svg")
-            await until(pilot, lambda: not app.is_driving)
-            await pilot.press("q")
-        # The same database on an 80x24 terminal: the task or error of the highlighted run below the list.
-        app = DayflowApp(store)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause(0.5)
-            app.screen.query_one(RunTable).select_run("run-failed-01")
-            await pilot.pause(0.3)
-            save(app, "run-list-80x24.svg")
-            await pilot.press("q")
-        store.release(lease)
-        store.close()
+        os.environ["DAYFLOW_STATE_DIR"] = str(Path(tmp) / "state")  # no remembered sort, theme or columns
+        with clock_at(day(1, 6)):  # the sample tasks a new database starts with, created then
+            store = open_store(Path(tmp) / "dayflow.db")
+        lease = build(store)
+        try:
+            await snap(store, Saver(out))
+        finally:
+            store.release(lease)
+            store.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="the folder the SVGs go to (default: this one)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(args.out))

@@ -178,3 +178,31 @@ async def test_notifications_have_their_own_place_at_80x24(tmp_path):
                 assert not region.overlaps(box), (region, box)
     finally:
         store.close()
+
+
+async def test_the_step_list_ends_with_brief_for_the_brief_and_answer_for_a_user_agent(tmp_path):
+    from textual.widgets import OptionList
+
+    from dayflow_tui.store import StepRecord
+
+    store = open_store(str(tmp_path / "answer.db"))
+    demo_data.done_run(store, "run-done-0001", demo_data.BASE_TIME)
+    with demo_data.clock_at(demo_data.BASE_TIME):
+        store.create_run("Compare two CDNs", model="offline", run_id="run-research-1", status="running",
+                         agent={"agent": "research"})
+        store.append_step("run-research-1", StepRecord(
+            n=1, stop_reason="end_turn", assistant=[{"type": "text", "text": "Use the cheaper one."}],
+            input_tokens=900, output_tokens=40, model="offline"), final_status="done", final_text="Use the cheaper one.")
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            for run_id, word in (("run-research-1", "answer"), ("run-done-0001", "brief")):
+                screen = await open_run(pilot, run_id)
+                steps = screen.query_one("#steps", OptionList)
+                await wait_for(pilot, lambda: steps.option_count > 1)
+                assert str(steps.get_option_at_index(steps.option_count - 1).prompt).strip() == word
+                await pilot.press("escape")
+                await settle(pilot)
+    finally:
+        store.close()

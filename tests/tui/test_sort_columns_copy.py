@@ -148,3 +148,44 @@ def test_sort_and_columns_survive_a_save_and_a_load(tmp_path):
     path = tmp_path / "dashboard.json"
     ui_state.save(ui_state.UiState(theme="nord", sort="cost", ascending=True, hidden_columns=("model",)), path)
     assert ui_state.load(path) == (ui_state.UiState("nord", None, "cost", True, ("model",)), None)
+
+
+def rows(app) -> list[str]:
+    return [run.id for run in app.screen.query_one(RunTable).rows]
+
+
+async def click_title(pilot, title: str) -> None:
+    """Click the middle of ``title`` in the column header, where it is drawn at this width."""
+    widget = pilot.app.screen.query_one("#table-header")
+    line = widget.render().plain
+    x = line.index(title) + len(title) // 2
+    await pilot.click("#table-header", offset=(x, 0))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+async def test_clicking_a_column_title_sorts_by_it_and_clicking_it_again_reverses(runs_db, size):
+    store = open_store(runs_db)
+    app = DayflowApp(store)
+    try:
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            newest_first = rows(app)
+            assert newest_first[0] == "run-zeta-0001"
+            await click_title(pilot, "cost")
+            await sorted_by(pilot, "cost")
+            assert rows(app)[0] == "run-done-0001" and "cost ▼" in header(app)
+            await click_title(pilot, "cost")  # the sorted column again: the other way round
+            await sorted_by(pilot, "cost", ascending=True)
+            assert rows(app)[-1] == "run-done-0001" and "cost ▲" in header(app)
+            await click_title(pilot, "status")  # another column: largest first again
+            await sorted_by(pilot, "status")
+            assert rows(app)[:2] == ["run-live-0001", "run-crash-001"]
+            await click_title(pilot, "id")  # the id sorts nothing: the order stays
+            await settle(pilot)
+            assert app.screen.run_filter.sort == "status" and rows(app)[:2] == ["run-live-0001", "run-crash-001"]
+            await click_title(pilot, "steps")
+            await sorted_by(pilot, "steps")
+            assert rows(app)[0] == "run-done-0001" and "▼ste" in header(app)
+        assert json.loads(ui_state.state_path().read_text())["sort"] == "steps"  # remembered like ``s``
+    finally:
+        store.close()

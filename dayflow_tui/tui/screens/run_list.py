@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -19,7 +19,7 @@ from ..clipboard import copy_run
 from ..cost_view import SpendPanel
 from .remove import Removed
 from ..widgets.run_preview import MIN_WIDTH, RunPreview
-from ..widgets.run_table import HIDDEN_BY_DEFAULT, OPTIONAL, RunFilter, RunTable, header_text
+from ..widgets.run_table import HIDDEN_BY_DEFAULT, OPTIONAL, RunFilter, RunTable, header_text, sort_at
 from ..widgets.fitting_footer import FittingFooter
 from ..widgets.header import DayflowHeader
 from .cancel import CancelsRuns
@@ -37,6 +37,14 @@ class ColumnHeader(Widget):
         run_filter = getattr(screen, "run_filter", RunFilter())
         hidden = getattr(screen, "hidden_columns", HIDDEN_BY_DEFAULT)
         return header_text(max(self.size.width, 1), hidden, run_filter.sort, run_filter.ascending)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a column's title sorts by it (largest or newest first); on the sorted one, reverses it.
+        Columns that sort nothing (id, tokens, model, activity, title) ignore the click."""
+        hidden = getattr(self.screen, "hidden_columns", HIDDEN_BY_DEFAULT)
+        sort = sort_at(event.x, max(self.size.width, 1), hidden)
+        if sort is not None and isinstance(self.screen, RunListScreen):
+            self.screen.sort_by(sort)
 
 
 class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
@@ -325,6 +333,15 @@ class RunListScreen(bindings.SyncedBindings, CancelsRuns, Screen):
         """``s``: the next order (started, cost, steps, status, agent), largest or newest first."""
         position = SORTS.index(self.run_filter.sort)
         self.apply_filter(sort=SORTS[(position + 1) % len(SORTS)], ascending=False)
+        self.query_one(ColumnHeader).refresh()
+
+    def sort_by(self, sort: str) -> None:
+        """Sort by ``sort`` (a click on its column's title): largest or newest first, or reversed when it is the
+        sort already shown."""
+        if sort == self.run_filter.sort:
+            self.action_reverse_sort()
+            return
+        self.apply_filter(sort=sort, ascending=False)
         self.query_one(ColumnHeader).refresh()
 
     def action_reverse_sort(self) -> None:

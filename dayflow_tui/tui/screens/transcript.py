@@ -242,7 +242,9 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         run = self.run
         end = None
         if run is not None and run.final_text:
-            end = Option(Content.styled("    brief", "bold $text-success"), id=BRIEF)
+            # The built-in agent's answer is a brief; a user agent's is just its answer.
+            word = "brief" if getattr(run, "agent", None) in (None, "", "brief") else "answer"
+            end = Option(Content.styled(f"    {word}", "bold $text-success"), id=BRIEF)
         elif run is not None and run.error and run.status != "done":
             end = Option(Content.styled("    stopped", "bold $text-error"), id=BRIEF)
         highlighted = option_list.highlighted

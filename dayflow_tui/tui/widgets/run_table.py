@@ -93,6 +93,30 @@ def _cells(values: list[tuple[str, str]], width: int, hidden: frozenset = HIDDEN
     return line
 
 
+def column_at(x: int, width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> str | None:
+    """The title of the column drawn at cell ``x`` of a line ``width`` wide (as ``_cells`` lays them out),
+    or None on the space between two columns or past the end."""
+    used = 0
+    for i in visible_columns(width, hidden):
+        title, col_width, _right = COLUMNS[i]
+        if col_width == 0:
+            col_width = max(width - used - 1, 0)
+        if used:
+            used += 1
+        if used <= x < used + col_width:
+            return title
+        used += col_width
+        if used >= width:
+            break
+    return None
+
+
+def sort_at(x: int, width: int, hidden: frozenset = HIDDEN_BY_DEFAULT) -> str | None:
+    """The sort (``SORTED_COLUMN``'s key) whose column is drawn at cell ``x``, or None if that column sorts nothing."""
+    title = column_at(x, width, hidden)
+    return next((sort for sort, column in SORTED_COLUMN.items() if column == title), None)
+
+
 def header_text(width: int, hidden: frozenset = HIDDEN_BY_DEFAULT, sort: str = "started",
                 ascending: bool = False) -> Text:
     """The column titles, the sorted one marked with its direction (▼ largest or newest first)."""
