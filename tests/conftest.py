@@ -171,6 +171,20 @@ class CountingClient:
 
 
 @pytest.fixture
+def api(monkeypatch):
+    """A loopback Messages API (``loopback_api.LoopbackAPI``) that this process's real SDK talks to: the key and
+    base URL in the environment, no SDK retries (a planned failure is seen at once), short back-offs."""
+    from .loopback_api import LoopbackAPI
+
+    with LoopbackAPI() as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
+        monkeypatch.setenv("DAYFLOW_RETRY_BACKOFF", "0.05")
+        yield server
+
+
+@pytest.fixture
 def counting_client():
     return CountingClient()
 

@@ -24,7 +24,6 @@ from dayflow_tui.agent.runs import resume, run_brief
 from dayflow_tui.config.errors import AgentChanged
 
 from ..api_rules import problems
-from ..loopback_api import LoopbackAPI
 from ..reliability_helpers import assert_one_error_line, cli_env, dayflow, fingerprint, text
 
 MODEL = "claude-sonnet-4-5"
@@ -84,15 +83,6 @@ SEARCHED = [
      "citations": [{"type": "web_search_result_location", "url": "https://weather.example/lisbon",
                     "title": "Lisbon today", "encrypted_index": "Eo8BCioIAhgBIiQyYjQ0", "cited_text": "21 °C"}]},
 ]
-
-
-@pytest.fixture
-def api(monkeypatch):
-    with LoopbackAPI() as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
-        yield server
 
 
 def test_options_are_sent_as_given_and_thinking_goes_back_byte_for_byte_across_a_crash_and_compaction(

@@ -19,16 +19,7 @@ from dayflow_tui.agent.model_limits import BUILTIN, FALLBACK, limits_for
 from dayflow_tui.agent.request import build_request
 from dayflow_tui.agent.runs import run_brief
 
-from ..loopback_api import LoopbackAPI, message_reply
-
-
-@pytest.fixture
-def api(monkeypatch):
-    with LoopbackAPI() as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
-        yield server
+from ..loopback_api import message_reply
 
 
 def checked(plan):

@@ -6,26 +6,16 @@ each scripted reply is checked with the SDK's own ``anthropic.types.Message`` be
 
 from __future__ import annotations
 
-import pytest
 from anthropic.types import Message
 
 from dayflow_tui.agent.compaction import SUMMARY_PREFIX
 from dayflow_tui.agent.runs import resume, run_brief
 
 from ..api_rules import problems
-from ..loopback_api import LoopbackAPI, message_reply
+from ..loopback_api import message_reply
 
 MODEL = "claude-haiku-4-5"
 OVERFLOWED = "model_context_window_exceeded"
-
-
-@pytest.fixture
-def api(monkeypatch):
-    with LoopbackAPI() as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
-        yield server
 
 
 def planned(content, stop_reason):

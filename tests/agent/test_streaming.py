@@ -28,16 +28,6 @@ CITATION = {"type": "web_search_result_location", "cited_text": "x", "encrypted_
             "url": "https://example.com"}
 
 
-@pytest.fixture
-def api(monkeypatch):
-    with LoopbackAPI() as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
-        monkeypatch.setenv("DAYFLOW_RETRY_BACKOFF", "0")
-        yield server
-
-
 # -- folding -------------------------------------------------------------------------------------------------
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)

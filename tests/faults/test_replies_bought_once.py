@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -65,16 +64,6 @@ ODD_REPLIES = {
         {"type": "tool_use", "id": "toolu_x", "name": "read_tasks", "input": {}},
         {"type": "tool_use", "id": "toolu_x", "name": "read_inbox", "input": {}}]))), "failed", "share one id"),
 }
-
-
-@pytest.fixture
-def api(monkeypatch):
-    with LoopbackAPI() as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("DAYFLOW_API_MAX_RETRIES", "0")
-        monkeypatch.setenv("DAYFLOW_RETRY_BACKOFF", "0.05")
-        yield server
 
 
 def _steps(store, run_id: str) -> int:
