@@ -53,7 +53,7 @@ class WorkerMetrics:
         self.claim_seconds = Histogram("dayflow_claim_duration_seconds", "How long a claim took (found or not)",
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.calls = Counter("dayflow_model_calls", "Model calls made, by model, agent and outcome "
-                             "(ok, rate_limited, failed)", ["model", "agent", "outcome"], registry=r)
+                             "(ok, rate_limited, failed, broken: a stream cut part-way)", ["model", "agent", "outcome"], registry=r)
         self.call_seconds = Histogram("dayflow_model_call_duration_seconds", "How long a model call took",
                                       buckets=CALL_BUCKETS, registry=r)
         self.tokens = Counter("dayflow_tokens", "Tokens of committed replies, by model, agent and kind (input is "
