@@ -130,6 +130,17 @@ class OtelMissing(DayflowError):
     exit_code = 64
 
 
+class BadOtlpRequest(DayflowError):
+    """An OTLP request ``dayflow collect`` cannot take (malformed, too large, an unknown encoding): answered
+    with its HTTP status and one line; nothing of it is kept. Never ends the receiver."""
+
+    exit_code = 64
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
 class MetricsMissing(DayflowError):
     """Prometheus metrics were asked for, and prometheus-client is not installed (the ``metrics`` extra)."""
 

@@ -357,6 +357,8 @@ class DayflowApp(App):
     def resume_blocker(self, run: Run) -> str | None:
         """Why ``run`` cannot be resumed from here, or None when it can."""
         if is_imported(run):
+            if run.source == "otel":
+                return "an OpenTelemetry trace received by dayflow collect: read-only here"
             return "an imported Claude Code session: read-only here"
         status = effective_status(run)
         if status == "waiting":
@@ -396,6 +398,11 @@ class DayflowApp(App):
         shows the price and sets the run's dollar budget. ``run``: the row the
         screen shows, checked at once; the worker reads it afresh with the price.
         """
+        if run is not None and is_imported(run) and run.source == "otel":
+            self.notify(f"Run {printable(run.id)} is an OpenTelemetry trace received by dayflow collect: read-only "
+                        "here (nothing to pay); its agent runs in the program that sent it.",
+                        title="Collected trace", timeout=8)
+            return
         if run is not None and is_imported(run):
             self.offer_claude_resume(run)
             return

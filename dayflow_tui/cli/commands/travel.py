@@ -129,7 +129,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         for rid in run_ids:  # Dayflow rebuilds the request of its own runs only (system prompt, tools)
             if is_imported(store.get_run(rid)):
-                raise UsageError(f"run {printable(rid)} is an imported Claude Code session: its requests are not "
+                raise UsageError(f"run {printable(rid)} is imported ({printable(store.get_run(rid).source)}): "
+                                 "its requests are not "
                                  "Dayflow's to rebuild; export it with --jsonl or --otlp-file")
 
         bodies = [replay_request(store, rid) for rid in run_ids]

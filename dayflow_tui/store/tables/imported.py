@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from ..handle import StoreHandle
 
 CLAUDE_CODE = "claude-code"
+OTEL = "otel"  # a trace's invoke_agent span received by ``dayflow collect`` (otel/collect.py)
 DAYFLOW = "dayflow"
-SOURCES = (DAYFLOW, CLAUDE_CODE)
+SOURCES = (DAYFLOW, CLAUDE_CODE, OTEL)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class ImportedStep:
     web_search_requests: int = 0
     raw: str | None = None
     created_at: str | None = None
+    duration_ms: int | None = None
 
 
 @dataclass
@@ -61,6 +63,7 @@ class ImportedRun:
     run_id: str
     external_id: str | None
     source: str = CLAUDE_CODE
+    agent: str | None = None  # the run's agent name (default: the source)
     parent_id: str | None = None
     external_dir: str | None = None
     external_branch: str | None = None
@@ -74,6 +77,9 @@ def read_only_message(run: Run) -> str:
     """The one line that says an imported run cannot be driven here, and how to go on with it."""
     from ...safe_text import printable
 
+    if getattr(run, "source", None) == OTEL:
+        return (f"run {printable(run.id)} is an OpenTelemetry trace received by `dayflow collect` "
+                f"(trace/span {printable(run.external_id or '?')}): read-only; its agent runs elsewhere")
     session = printable(run.external_id or "?")
     where = printable(run.external_dir or "its project directory")
     return (f"run {printable(run.id)} is an imported Claude Code session: read-only; continue it with "
@@ -147,7 +153,8 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
     run = Run.get_or_none(Run.id == imported.run_id)
     if run is None:
         values = dict(id=imported.run_id, user_msg=imported.user_msg or "", status="done",
-                      model=imported.model or "", max_steps=0, agent=imported.source, source=imported.source,
+                      model=imported.model or "", max_steps=0, agent=(imported.agent or imported.source)[:255],
+                      source=imported.source,
                       external_id=imported.external_id, external_dir=imported.external_dir,
                       external_branch=imported.external_branch, parent_id=imported.parent_id,
                       created_at=imported.created_at or now, updated_at=now)
@@ -179,7 +186,8 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
                    cache_creation_input_tokens=step.cache_creation_input_tokens,
                    cache_read_input_tokens=step.cache_read_input_tokens,
                    cache_write_1h_tokens=step.cache_write_1h_tokens, web_search_requests=step.web_search_requests,
-                   model=step.model, raw=step.raw, created_at=step.created_at or now, index_pending=1)
+                   model=step.model, raw=step.raw, created_at=step.created_at or now, index_pending=1,
+                   duration_ms=step.duration_ms)
         store.db.execute_sql(*_insert_statement(store.db, Step, row))
         sums[0] += step.input_tokens
         sums[1] += step.output_tokens
