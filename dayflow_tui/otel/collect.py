@@ -347,10 +347,16 @@ def run_of(agent: Span, steps: list[tuple[Span, list[Span]]]) -> ImportedRun:
     if task is None and steps:
         task = _first_user_text(_content_attr(steps[0][0], "gen_ai.input.messages"))
     model = attrs.get("gen_ai.request.model") or (_model(steps[0][0]) if steps else None)
+    answer = None
+    output = _content_attr(agent, "gen_ai.output.messages")
+    if output:
+        texts = [b["text"] for m in output if isinstance(m, dict) for b in map(_block_of, m.get("parts") or [])
+                 if b and b.get("type") == "text"]
+        answer = "".join(texts) or None
     return ImportedRun(run_id=run_id_of(agent.trace_id, agent.span_id),
                        external_id=f"{agent.trace_id}/{agent.span_id}", source=OTEL,
                        agent=_text(name, 200) if name else OTEL, model=_text(model, 200) if model else None,
-                       user_msg=task,
+                       user_msg=task, final_text=answer,
                        created_at=iso(agent.start_ns))
 
 

@@ -17,7 +17,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from ...config.errors import BadOtlpRequest, DayflowError, StoreError
+from ...config.errors import BadOtlpRequest, DayflowError, StoreError, UsageError
 from ...safe_text import printable
 from ..opening import open_db
 
@@ -134,16 +134,20 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     require_proto()  # the one-line hint before anything is opened
     host, port = args.otlp_http
-    store = open_db(args)
     current = settings.current()
     from ...otel.collect import Collector
 
-    collector = Collector(store, hold_s=current.collect_hold_s)
+    collector = Collector(None, hold_s=current.collect_hold_s)
     HTTPServer.allow_reuse_address = True
-    try:
+    try:  # the port first: one that is taken opens (or makes) no database
         server = HTTPServer((host, port), make_handler(collector, current.collect_max_body_bytes))
     except OSError as exc:
-        raise DayflowError(f"cannot listen on {printable(host)}:{port}: {printable(exc.strerror or exc)}") from None
+        raise UsageError(f"cannot listen on {printable(host)}:{port}: {printable(exc.strerror or exc)}") from None
+    try:
+        store = collector.store = open_db(args)
+    except BaseException:
+        server.server_close()
+        raise
     server.timeout = 0.5
     stopping = threading.Event()
 

@@ -69,6 +69,7 @@ class ImportedRun:
     external_branch: str | None = None
     model: str | None = None
     user_msg: str | None = None
+    final_text: str | None = None  # the run's answer, when the source says it (an agent span's output)
     created_at: str | None = None
     steps: list[ImportedStep] = field(default_factory=list)
 
@@ -158,6 +159,8 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
                       external_id=imported.external_id, external_dir=imported.external_dir,
                       external_branch=imported.external_branch, parent_id=imported.parent_id,
                       created_at=imported.created_at or now, updated_at=now)
+        if imported.final_text is not None:
+            values["final_text"] = imported.final_text
         Run.insert(**values).execute()
         index_run_text(store, imported.run_id, task=values["user_msg"])
         first = 0
