@@ -208,7 +208,8 @@ def test_sdk_spans_become_a_read_only_run_while_collect_runs(db_target, collect)
     provider.shutdown()
 
     # read-only, like a Claude Code session: resume and fork refused, one line, nothing written
-    for command in (("resume", run["id"]), ("fork", run["id"], "--at", "1")):
+    for command in (("resume", run["id"]), ("fork", run["id"], "--at", "1"), ("approve", run["id"], "--all"),
+                    ("deny", run["id"], "--all", "--reason", "no"), ("cancel", run["id"])):
         refused = dayflow(*command, db=db_target)
         assert refused.returncode == 4, text(refused.stderr)
         assert "OpenTelemetry trace" in text(refused.stderr) and "read-only" in text(refused.stderr)
