@@ -1,4 +1,6 @@
-"""Runs read from elsewhere (``dayflow import --claude-code``): read-only runs, appended to as their files grow.
+"""Runs read from elsewhere (``dayflow import --claude-code``, ``dayflow collect``): read-only runs, appended to as
+their files grow (or their traces' spans arrive: the "file" is then ``otlp:TRACE/SPAN``, its ``done`` the chat
+span ids written).
 
 An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (no worker
 claims it), and the verbs that would drive or change it (claim, fork, decide, cancel) refuse it with
