@@ -123,7 +123,8 @@ def messages(role, *parts, finish=None):
     return json.dumps([message])
 
 
-def send_agent_turn(tracer, *, content=True, agent="Weather agent", text_reply="It is 21 °C and sunny in Paris."):
+def send_agent_turn(tracer, *, content=True, agent="Weather agent", text_reply="It is 21 °C and sunny in Paris.",
+                    in_events=False):
     """An agent turn: a chat that calls a tool, the tool, a chat that answers (OpenAI Agents SDK's shape: the tool a
     sibling of the chats under the agent span)."""
     from opentelemetry import trace
@@ -150,13 +151,14 @@ def send_agent_turn(tracer, *, content=True, agent="Weather agent", text_reply="
                 **({"gen_ai.tool.call.arguments": '{"city": "Paris"}', "gen_ai.tool.call.result": '{"temp_c": 21}'}
                    if content else {})}):
             pass
+        reply = {"gen_ai.output.messages": messages("assistant", {"type": "text", "content": text_reply},
+                                                     finish="stop")}
         with tracer.start_as_current_span("chat gpt-4o", kind=trace.SpanKind.CLIENT, attributes={
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o", "gen_ai.response.id": "chatcmpl-2",
                 "gen_ai.usage.input_tokens": 160, "gen_ai.usage.output_tokens": 12,
-                "gen_ai.response.finish_reasons": ["stop"],
-                **({"gen_ai.output.messages": messages("assistant", {"type": "text", "content": text_reply},
-                                                       finish="stop")} if content else {})}):
-            pass
+                "gen_ai.response.finish_reasons": ["stop"], **(reply if content and not in_events else {})}) as chat:
+            if in_events:  # the content on the conventions' event instead of the span's attributes
+                chat.add_event("gen_ai.client.inference.operation.details", reply)
     return agent_span.get_span_context()
 
 
@@ -164,12 +166,13 @@ def test_sdk_spans_become_a_read_only_run_while_collect_runs(db_target, collect)
     receiver = collect(db_target)
     provider, tracer = sdk_sender(receiver.url)
     context = send_agent_turn(tracer)
-    bare = send_agent_turn(tracer, content=False, agent="pydantic_ai_agent")
+    send_agent_turn(tracer, content=False, agent="pydantic_ai_agent")
+    send_agent_turn(tracer, agent="events agent", text_reply="From an event.", in_events=True)
 
     # collect is still running: the runs are there already (each request committed before its answer)
     assert receiver.proc.poll() is None
     found = {r["agent"]: r for r in runs_json(db_target, "--source", "otel")}
-    assert set(found) == {"Weather agent", "pydantic_ai_agent"}, found
+    assert set(found) == {"Weather agent", "pydantic_ai_agent", "events agent"}, found
     run = found["Weather agent"]
     assert run["source"] == "otel" and run["status"] == "done" and run["steps"] == 2
     assert run["session"]["id"] == f"{context.trace_id:032x}/{context.span_id:016x}"
@@ -190,6 +193,9 @@ def test_sdk_spans_become_a_read_only_run_while_collect_runs(db_target, collect)
     assert [s["input_tokens"] for s in plain] == [120, 160]
     assert "no content" in plain[0]["assistant"][0]["text"]
     assert plain[0]["assistant"][1]["name"] == "get_weather"
+
+    assert steps_of(db_target, found["events agent"]["id"])[1]["assistant"] == [{"type": "text",
+                                                                                 "text": "From an event."}]
 
     # a retried request (the same spans again) writes nothing
     before = {r["id"]: (r["steps"], r["input_tokens"]) for r in runs_json(db_target)}
