@@ -380,6 +380,11 @@ class DayflowApp(App):
         directory, is put on the clipboard and named (a note, not an error)."""
         from ..views.runs import claude_resume_command
 
+        if run.source == "otel":  # a trace received by dayflow collect: nothing here, or anywhere, goes on with it
+            self.notify(f"Run {printable(run.id)} is an OpenTelemetry trace received by dayflow collect: read-only "
+                        "here (nothing to pay); its agent runs in the program that sent it.",
+                        title="Collected trace", timeout=8)
+            return
         command = claude_resume_command(run)
         self.copy_to_clipboard(command)
         self.notify(f"Run {printable(run.id)} is an imported Claude Code session, read-only here (nothing to pay). "
@@ -398,11 +403,6 @@ class DayflowApp(App):
         shows the price and sets the run's dollar budget. ``run``: the row the
         screen shows, checked at once; the worker reads it afresh with the price.
         """
-        if run is not None and is_imported(run) and run.source == "otel":
-            self.notify(f"Run {printable(run.id)} is an OpenTelemetry trace received by dayflow collect: read-only "
-                        "here (nothing to pay); its agent runs in the program that sent it.",
-                        title="Collected trace", timeout=8)
-            return
         if run is not None and is_imported(run):
             self.offer_claude_resume(run)
             return

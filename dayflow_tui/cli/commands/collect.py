@@ -98,8 +98,10 @@ def make_handler(collector, limit: int):
             spans = decode(body, kind)
             taken = collector.take(spans)
             notes = [f"{taken.spans} span(s)"]
-            for run_id, count in taken.runs:
-                notes.append(f"run {run_id}: {count} new step(s)")
+            if len(taken.runs) <= 3:
+                notes.extend(f"run {run_id}: {count} new step(s)" for run_id, count in taken.runs)
+            else:
+                notes.append(f"{len(taken.runs)} runs ({taken.new_runs} new): {taken.steps} new step(s)")
             if taken.dropped:
                 notes.append(f"{taken.dropped} idle trace(s) let go without their invoke_agent span")
             held = collector.held()
