@@ -45,6 +45,8 @@ from .receive import Span
 NO_CONTENT = "[no content: the sender did not capture the messages; usage only]"
 CHAT_OPERATIONS = ("chat", "text_completion", "generate_content")
 MAX_DEPTH = 64  # parent chains followed this far (a hostile cycle ends here)
+MAX_TOKENS = 2**31 - 1  # a step's token counts fit the steps table's integer columns on every backend
+MAX_HELD = 200_000  # spans held in memory at most; past it the oldest traces are let go
 
 
 def operation(span: Span) -> str:
@@ -75,20 +77,21 @@ def _int(value: Any) -> int:
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return max(0, min(value, 2**62))
-    if isinstance(value, float) and value == value:
-        return max(0, min(int(value), 2**62))
-    if isinstance(value, str) and value.strip().isdigit():
-        return min(int(value.strip()), 2**62)
+        return max(0, min(value, MAX_TOKENS))
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return max(0, min(int(value), MAX_TOKENS))
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 30:
+        return min(int(value.strip()), MAX_TOKENS)
     return 0
 
 
 def _text(value: Any, limit: int = 500) -> str | None:
+    """A value for a plain text column: text, cut, without NUL (which PostgreSQL's text cannot hold)."""
     if value is None:
         return None
     if not isinstance(value, str):
         value = json.dumps(value, ensure_ascii=False)
-    return value[:limit]
+    return value[:limit].replace("\x00", "\ufffd")
 
 
 def _json_list(value: Any) -> list | None:
@@ -96,7 +99,7 @@ def _json_list(value: Any) -> list | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if isinstance(value, dict):
         value = [value]
@@ -204,7 +207,7 @@ def _finish_reason(chat: Span) -> str | None:
     if isinstance(reasons, list) and reasons:
         return _text(reasons[0], 100)
     if isinstance(reasons, str):
-        return reasons[:100]
+        return _text(reasons, 100)
     return None
 
 
@@ -213,7 +216,7 @@ def _model(span: Span) -> str | None:
     if found:
         return _text(found, 200)
     if span.name.startswith("chat "):
-        return span.name[5:205]
+        return _text(span.name[5:205])
     return None
 
 
@@ -356,7 +359,7 @@ def run_of(agent: Span, steps: list[tuple[Span, list[Span]]]) -> ImportedRun:
     return ImportedRun(run_id=run_id_of(agent.trace_id, agent.span_id),
                        external_id=f"{agent.trace_id}/{agent.span_id}", source=OTEL,
                        agent=_text(name, 200) if name else OTEL, model=_text(model, 200) if model else None,
-                       user_msg=task, final_text=answer,
+                       user_msg=_text(task, 100_000), final_text=_text(answer, 1_000_000),
                        created_at=iso(agent.start_ns))
 
 
@@ -404,6 +407,12 @@ class Collector:
         for trace_id in [t for t, trace in self.traces.items() if now - trace.last_seen > self.hold_s]:
             taken.dropped += 1
             del self.traces[trace_id]
+        held = sum(len(t.spans) for t in self.traces.values())
+        for trace_id in sorted(self.traces, key=lambda t: self.traces[t].last_seen):
+            if held <= MAX_HELD:
+                break
+            held -= len(self.traces.pop(trace_id).spans)
+            taken.dropped += 1
         return taken
 
     def _write(self, trace: Trace, taken: Taken) -> None:

@@ -253,8 +253,8 @@ def test_round_trip_of_dayflow_export(db_target, collect, tmp_path):
     assert receiver.stop() == 0
 
 
-def test_hostile_requests_are_one_line_and_write_nothing(db_path, collect):
-    receiver = collect(db_path, DAYFLOW_COLLECT_MAX_BODY="4096")
+def test_hostile_requests_are_one_line_and_write_nothing(db_target, collect):
+    receiver = collect(db_target, DAYFLOW_COLLECT_MAX_BODY="4096")
     good_ids = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331"}
     cases = [
         (b"\xff\xff\xff\xff garbage", "application/x-protobuf", "/v1/traces", 400),
@@ -279,7 +279,7 @@ def test_hostile_requests_are_one_line_and_write_nothing(db_path, collect):
         assert answer.decode().count("\n") == 1 and not RAW_CONTROL.search(answer.rstrip(b"\n")), answer
     assert receiver.post(b"", path="/v1/traces", method="GET")[0] == 405
     assert receiver.proc.poll() is None  # still serving
-    assert runs_json(db_path) == []
+    assert runs_json(db_target) == []
 
     # escapes in every field: the run is kept, shown inert everywhere
     evil_attr = [{"key": k, "value": {"stringValue": v}} for k, v in (
@@ -311,11 +311,11 @@ def test_hostile_requests_are_one_line_and_write_nothing(db_path, collect):
                                                                                    "spans": spans}]}]}).encode()
     assert len(body) < 4096
     assert receiver.post(body) == (200, b"{}")
-    (run,) = runs_json(db_path, "--source", "otel")
+    (run,) = runs_json(db_target, "--source", "otel")
     assert run["steps"] == 1 and run["input_tokens"] == 7
     for command in (("runs",), ("runs", "--json"), ("show", run["id"], "--no-pager"), ("show", run["id"], "--raw"),
                     ("show", run["id"], "--jsonl"), ("search", "RED")):
-        shown = dayflow(*command, db=db_path, env=cli_env(COLUMNS="300"))
+        shown = dayflow(*command, db=db_target, env=cli_env(COLUMNS="300"))
         assert shown.returncode == 0, (command, text(shown.stderr))
         assert not RAW_CONTROL.search(shown.stdout), (command, RAW_CONTROL.search(shown.stdout))
         assert "Traceback" not in text(shown.stderr)
