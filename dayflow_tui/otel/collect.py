@@ -55,7 +55,7 @@ def operation(span: Span) -> str:
         return found
     if span.name == "agent run":  # Pydantic AI before the conventions named it
         return "invoke_agent"
-    if span.name.startswith("running tool"):
+    if span.name == "running tool" or span.name.startswith(("running tool:", "running tool ")):  # not "running tools"
         return "execute_tool"
     return span.name.split(" ", 1)[0]
 

@@ -182,7 +182,8 @@ def test_sdk_spans_become_a_read_only_run_while_collect_runs(db_target, collect)
     first, second = steps_of(db_target, run["id"])
     assert first["stop_reason"] == "tool_calls" and first["model"] == "gpt-4o-2024-08-06"
     assert (first["input_tokens"], first["output_tokens"], first["cache_read_input_tokens"]) == (120, 18, 64)
-    assert first["assistant"] == [{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}]
+    assert first["assistant"] == [{"type": "tool_use", "id": "call_1", "name": "get_weather",
+                                   "input": {"city": "Paris"}}]
     assert first["tool_results"] == [{"type": "tool_result", "tool_use_id": "call_1", "content": '{"temp_c": 21}'}]
     assert first["reply_as_received"]["id"] == "chatcmpl-1"
     assert second["assistant"] == [{"type": "text", "text": "It is 21 °C and sunny in Paris."}]
@@ -345,3 +346,40 @@ def test_collect_refuses_before_opening_anything(tmp_path):
     assert hidden.returncode == 64, text(hidden.stderr)
     assert "dayflow-tui[collect]" in text(hidden.stderr) and text(hidden.stderr).count("\n") == 1
     assert not (tmp_path / "c.db").exists()
+
+
+def test_spans_in_any_order_across_requests_make_one_run_in_time_order(store):
+    """In process, on both backends: the Collector that ``dayflow collect`` feeds, given spans out of order."""
+    from dayflow_tui.otel.collect import Collector
+    from dayflow_tui.otel.receive import Span
+
+    trace, t0 = "9" * 32, 1_760_000_000_000_000_000
+
+    def span(span_id, parent, name, start_s, end_s, **attributes):
+        return Span(trace, span_id * 16, parent and parent * 16, name, t0 + int(start_s * 1e9), t0 + int(end_s * 1e9),
+                    attributes)
+
+    agent = span("a", None, "invoke_agent planner", 0, 10, **{"gen_ai.agent.name": "planner"})
+    # Pydantic AI's shape: the tools under a "running tools" span, itself under the agent
+    running = span("c", "a", "running tools", 2.5, 4)
+    tool = span("d", "c", "execute_tool search", 3, 4, **{"gen_ai.tool.call.id": "t1", "gen_ai.tool.call.result": "ok"})
+    chat1 = span("b", "a", "chat m1", 1, 2, **{"gen_ai.usage.input_tokens": 5,
+                                               "gen_ai.response.finish_reasons": ["tool_call"]})
+    chat2 = span("e", "a", "chat m1", 5, 6, **{"gen_ai.usage.input_tokens": 9})
+    chat3 = span("f", "a", "chat m1", 7, 8, **{"gen_ai.usage.input_tokens": 11})
+    collector = Collector(store, hold_s=60)
+    assert collector.take([tool, chat2]).runs == []  # held: no agent span yet
+    assert collector.held() == 2
+    taken = collector.take([running, chat1, agent])
+    assert taken.new_runs == 1 and taken.steps == 2 and collector.held() == 0
+    (run,) = store.list_runs(source="otel")
+    steps = store.steps(run.id)
+    assert [s.input_tokens for s in steps] == [5, 9]  # time order, not arrival order
+    assert json.loads(steps[0].tool_results) == [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+    assert steps[1].tool_results is None
+    assert collector.take([tool, chat2, chat1, agent]).steps == 0  # a retry: nothing
+    fresh = Collector(store, hold_s=60)  # a restarted receiver sent the same spans: nothing either
+    assert fresh.take([running, tool, chat1, chat2, agent]).steps == 0
+    assert collector.take([chat3]).steps == 1  # a late chat span of a written agent: appended
+    assert [s.input_tokens for s in store.steps(run.id)] == [5, 9, 11]
+    assert store.get_run(run.id).input_tokens == 25
