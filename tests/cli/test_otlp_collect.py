@@ -57,18 +57,18 @@ class Collect:
     def said(self) -> str:
         return self.log.read_bytes().decode("utf-8", "replace")
 
-    def post(self, body: bytes, content_type="application/json", path="/v1/traces", method="POST"):
+    def post(self, body: bytes, content_type="application/json", path="/v1/traces", method="POST", **headers):
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body if method == "POST" else None,
-                                         method=method, headers={"Content-Type": content_type})
+                                         method=method, headers={"Content-Type": content_type, **headers})
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 return answer.status, answer.read()
         except urllib.error.HTTPError as refused:
             return refused.code, refused.read()
 
-    def stop(self) -> int:
+    def stop(self, how=signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(how)
         code = self.proc.wait(timeout=30)
         self.err.close()
         return code
@@ -251,7 +251,8 @@ def test_round_trip_of_dayflow_export(db_target, collect, tmp_path):
                 continue
             assert theirs[key] == mine[key], (mine["n"], key)
         assert theirs["reply_as_received"]["id"] == mine["reply_as_received"]["id"]
-    assert receiver.stop() == 0
+    assert receiver.stop(signal.SIGINT) == 0  # Ctrl-C: a clean stop too
+    assert "stopped" in receiver.said() and "Traceback" not in receiver.said()
 
 
 def test_hostile_requests_are_one_line_and_write_nothing(db_target, collect):
@@ -279,6 +280,14 @@ def test_hostile_requests_are_one_line_and_write_nothing(db_target, collect):
         assert code == status, (body[:40], code, answer)
         assert answer.decode().count("\n") == 1 and not RAW_CONTROL.search(answer.rstrip(b"\n")), answer
     assert receiver.post(b"", path="/v1/traces", method="GET")[0] == 405
+    import gzip
+
+    bomb = gzip.compress(b"{" + b" " * 100_000 + b"}")  # under the limit sent, far over it inflated
+    assert len(bomb) < 4096
+    assert receiver.post(bomb, **{"Content-Encoding": "gzip"})[0] == 413
+    assert receiver.post(b"not gzip", **{"Content-Encoding": "gzip"})[0] == 400
+    assert receiver.post(b"{}", **{"Content-Encoding": "br"})[0] == 415
+    assert receiver.post(gzip.compress(b'{"resourceSpans": []}'), **{"Content-Encoding": "gzip"}) == (200, b"{}")
     assert receiver.proc.poll() is None  # still serving
     assert runs_json(db_target) == []
 
@@ -323,7 +332,7 @@ def test_hostile_requests_are_one_line_and_write_nothing(db_target, collect):
     assert receiver.stop() == 0
     said = receiver.log.read_bytes()
     assert b"Traceback" not in said and not RAW_CONTROL.search(said.replace(b"\n", b""))
-    assert said.count(b" 400: ") == 7 and said.count(b" 413: ") == 1
+    assert said.count(b" 400: ") == 8 and said.count(b" 413: ") == 2
 
 
 def test_collect_refuses_before_opening_anything(tmp_path):
