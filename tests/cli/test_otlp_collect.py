@@ -254,6 +254,16 @@ def test_round_trip_of_dayflow_export(db_target, collect, tmp_path):
     assert receiver.stop(signal.SIGINT) == 0  # Ctrl-C: a clean stop too
     assert "stopped" in receiver.said() and "Traceback" not in receiver.said()
 
+    # the same trace as OTLP/JSON (export --otlp-file's lines, hex ids) into another database: the same run
+    written = dayflow("export", source_run["id"], "--otlp-file", str(tmp_path / "trace.jsonl"), "--content", db=origin)
+    assert written.returncode == 0, text(written.stderr)
+    other = tmp_path / "json.db"
+    json_receiver = collect(other)
+    for line in (tmp_path / "trace.jsonl").read_bytes().splitlines():
+        assert json_receiver.post(line) == (200, b"{}")
+    assert steps_of(other, back["id"]) == received
+    assert json_receiver.stop() == 0
+
 
 def test_hostile_requests_are_one_line_and_write_nothing(db_target, collect):
     receiver = collect(db_target, DAYFLOW_COLLECT_MAX_BODY="4096")
