@@ -71,7 +71,10 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
     options = recorded_options(run)
     if options:
         console.print(_safe(f"agent {getattr(run, 'agent', None) or 'brief'}: {options_text(options)}", "dim"))
-    if (getattr(run, "source", None) or "dayflow") != "dayflow":
+    if getattr(run, "source", None) == "otel":
+        console.print(_safe(f"received by `dayflow collect`: OpenTelemetry trace/span {run.external_id} "
+                            f"(agent {run.agent}): read-only", "dim"))
+    elif (getattr(run, "source", None) or "dayflow") != "dayflow":
         where = f" in {run.external_dir}" if run.external_dir else ""
         branch = f" (branch {run.external_branch})" if run.external_branch else ""
         child = f"; a subagent of run {run.parent_id}" if run.parent_id else ""

@@ -26,6 +26,7 @@ COMMANDS = {
     "fork": "travel", "diff": "travel", "export": "travel", "import": "travel",
     "migrate": "admin", "prune": "admin", "vacuum": "admin", "prices": "admin",
     "metrics": "ops", "workers": "ops",
+    "collect": "collect",
 }
 
 

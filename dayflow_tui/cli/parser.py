@@ -149,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="list at most N runs, the newest (default 50)")
     runs.add_argument("--status", choices=[s.value for s in RunStatus],
                       help="only runs in this status (interrupted: running, with its owner gone)")
-    runs.add_argument("--source", choices=["dayflow", "claude-code"],
-                      help="only runs driven here (dayflow) or imported Claude Code sessions (claude-code)")
+    runs.add_argument("--source", choices=["dayflow", "claude-code", "otel"],
+                      help="only runs driven here (dayflow), imported Claude Code sessions (claude-code) or "
+                      "OpenTelemetry traces received by `dayflow collect` (otel)")
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -252,6 +253,12 @@ def _add_travel_commands(sub, common: argparse.ArgumentParser) -> None:
     export.add_argument("--content", action="store_true", default=None,
                         help="traces carry the messages, replies and tool payloads (default: the otel_content "
                         "setting)")
+
+    collect = sub.add_parser("collect", parents=[common], help="receive OpenTelemetry GenAI spans (OTLP/HTTP) "
+                             "as read-only runs, live")
+    collect.add_argument("--otlp-http", type=values.argument(values.address), default=("127.0.0.1", 4318),
+                         metavar="HOST:PORT", help="where to listen for POST /v1/traces (default 127.0.0.1:4318, "
+                         "loopback only; protobuf or JSON)")
 
     imports = sub.add_parser("import", parents=[common], help="add the runs of a `dayflow export --jsonl` file, "
                              "or Claude Code's sessions (--claude-code) as read-only runs")

@@ -8,7 +8,7 @@ internal error, exit 70); the modules that raise them import them from here. By 
 - 3: ``RunNotFound``
 - 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``, ``ReadOnlyRun``
 - 5: ``ModelCallFailed``
-- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``MetricsMissing``, ``NoSuchFile``
+- 64 (``EX_USAGE``): ``UsageError``, ``SettingsError``, ``QueryError``, ``ArchiveError``, ``OtelMissing``, ``MetricsMissing``, ``NoSuchFile``, ``BadOtlpRequest``
 
 One cause, one code, whatever the command: a file or directory a person named that is not there
 (``--db``'s file or its directory, ``import``'s JSONL, ``run``'s agent file) is ``NoSuchFile``, 64.
@@ -128,6 +128,18 @@ class OtelMissing(DayflowError):
     """The OpenTelemetry SDK is not installed (the ``otel`` extra)."""
 
     exit_code = 64
+
+
+class BadOtlpRequest(DayflowError):
+    """An OTLP request ``dayflow collect`` cannot take (malformed, too large, an unknown encoding): answered
+    with its HTTP status (``status``) and one line; nothing of it is kept. Never ends the receiver, so its
+    exit code is never used."""
+
+    exit_code = 64
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
 
 
 class MetricsMissing(DayflowError):

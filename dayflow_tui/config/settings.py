@@ -74,6 +74,10 @@ class Settings:
     # whether the spans carry the content (messages, replies, tool arguments and results).
     otel_endpoint: str | None = None
     otel_content: bool = False
+    # dayflow collect: the largest OTLP request body taken (bytes, after gzip; larger: 413), and how long
+    # the spans of a trace whose invoke_agent span has not arrived are held in memory (idle seconds).
+    collect_max_body_bytes: int = 16 * 1024 * 1024
+    collect_hold_s: float = 3600.0
     # Test hook: append "pid messages time" per offline call to this file.
     call_log: str | None = None
     debug: bool = False
@@ -251,6 +255,9 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "otel_endpoint": ("DAYFLOW_OTEL_ENDPOINT", values.http_url, "an OTLP/HTTP receiver's http:// or https:// URL "
                       "(e.g. http://localhost:4318)"),
     "otel_content": ("DAYFLOW_OTEL_CONTENT", values.flag, "1 or 0"),
+    "collect_max_body_bytes": ("DAYFLOW_COLLECT_MAX_BODY", lambda raw: values.positive(raw, most=1 << 31),
+                               "a number of bytes from 1 to 2147483648"),
+    "collect_hold_s": ("DAYFLOW_COLLECT_HOLD", values.seconds, "a number of seconds"),
     "call_log": ("DAYFLOW_CALL_LOG", values.text, "a file path"),
     "debug": ("DAYFLOW_DEBUG", values.flag, "1 or 0"),
     "prices": ("DAYFLOW_PRICES", _price_table,

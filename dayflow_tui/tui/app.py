@@ -357,6 +357,8 @@ class DayflowApp(App):
     def resume_blocker(self, run: Run) -> str | None:
         """Why ``run`` cannot be resumed from here, or None when it can."""
         if is_imported(run):
+            if run.source == "otel":
+                return "an OpenTelemetry trace received by dayflow collect: read-only here"
             return "an imported Claude Code session: read-only here"
         status = effective_status(run)
         if status == "waiting":
@@ -378,6 +380,11 @@ class DayflowApp(App):
         directory, is put on the clipboard and named (a note, not an error)."""
         from ..views.runs import claude_resume_command
 
+        if run.source == "otel":  # a trace received by dayflow collect: nothing here, or anywhere, goes on with it
+            self.notify(f"Run {printable(run.id)} is an OpenTelemetry trace received by dayflow collect: read-only "
+                        "here (nothing to pay); its agent runs in the program that sent it.",
+                        title="Collected trace", timeout=8)
+            return
         command = claude_resume_command(run)
         self.copy_to_clipboard(command)
         self.notify(f"Run {printable(run.id)} is an imported Claude Code session, read-only here (nothing to pay). "

@@ -50,8 +50,11 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
 
     from ...agent.registry import agent_for_run
 
+    from ...store import refuse_imported
+
     store = open_db(args, create=False)
     run = store.get_run(args.run_id)
+    refuse_imported(run)  # an imported run (Claude Code, collected trace) has nothing to decide here: said first
     # A decision lets a call run: it is taken for the agent the run recorded, or not at all (nothing written).
     _agent, change = agent_for_run(run, allow_changed=args.allow_changed_agent)
     if change is not None and args.queue:

@@ -129,7 +129,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         for rid in run_ids:  # Dayflow rebuilds the request of its own runs only (system prompt, tools)
             if is_imported(store.get_run(rid)):
-                raise UsageError(f"run {printable(rid)} is an imported Claude Code session: its requests are not "
+                what = ("an OpenTelemetry trace received by `dayflow collect`" if store.get_run(rid).source == "otel"
+                        else "an imported Claude Code session")
+                raise UsageError(f"run {printable(rid)} is {what}: its requests are not "
                                  "Dayflow's to rebuild; export it with --jsonl or --otlp-file")
 
         bodies = [replay_request(store, rid) for rid in run_ids]

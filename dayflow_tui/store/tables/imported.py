@@ -1,4 +1,6 @@
-"""Runs read from elsewhere (``dayflow import --claude-code``): read-only runs, appended to as their files grow.
+"""Runs read from elsewhere (``dayflow import --claude-code``, ``dayflow collect``): read-only runs, appended to as
+their files grow (or their traces' spans arrive: the "file" is then ``otlp:TRACE/SPAN``, its ``done`` the chat
+span ids written).
 
 An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (no worker
 claims it), and the verbs that would drive or change it (claim, fork, decide, cancel) refuse it with
@@ -24,8 +26,9 @@ if TYPE_CHECKING:
     from ..handle import StoreHandle
 
 CLAUDE_CODE = "claude-code"
+OTEL = "otel"  # a trace's invoke_agent span received by ``dayflow collect`` (otel/collect.py)
 DAYFLOW = "dayflow"
-SOURCES = (DAYFLOW, CLAUDE_CODE)
+SOURCES = (DAYFLOW, CLAUDE_CODE, OTEL)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class ImportedStep:
     web_search_requests: int = 0
     raw: str | None = None
     created_at: str | None = None
+    duration_ms: int | None = None
 
 
 @dataclass
@@ -61,11 +65,13 @@ class ImportedRun:
     run_id: str
     external_id: str | None
     source: str = CLAUDE_CODE
+    agent: str | None = None  # the run's agent name (default: the source)
     parent_id: str | None = None
     external_dir: str | None = None
     external_branch: str | None = None
     model: str | None = None
     user_msg: str | None = None
+    final_text: str | None = None  # the run's answer, when the source says it (an agent span's output)
     created_at: str | None = None
     steps: list[ImportedStep] = field(default_factory=list)
 
@@ -74,6 +80,9 @@ def read_only_message(run: Run) -> str:
     """The one line that says an imported run cannot be driven here, and how to go on with it."""
     from ...safe_text import printable
 
+    if getattr(run, "source", None) == OTEL:
+        return (f"run {printable(run.id)} is an OpenTelemetry trace received by `dayflow collect` "
+                f"(trace/span {printable(run.external_id or '?')}): read-only; its agent runs elsewhere")
     session = printable(run.external_id or "?")
     where = printable(run.external_dir or "its project directory")
     return (f"run {printable(run.id)} is an imported Claude Code session: read-only; continue it with "
@@ -147,10 +156,13 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
     run = Run.get_or_none(Run.id == imported.run_id)
     if run is None:
         values = dict(id=imported.run_id, user_msg=imported.user_msg or "", status="done",
-                      model=imported.model or "", max_steps=0, agent=imported.source, source=imported.source,
+                      model=imported.model or "", max_steps=0, agent=(imported.agent or imported.source)[:255],
+                      source=imported.source,
                       external_id=imported.external_id, external_dir=imported.external_dir,
                       external_branch=imported.external_branch, parent_id=imported.parent_id,
                       created_at=imported.created_at or now, updated_at=now)
+        if imported.final_text is not None:
+            values["final_text"] = imported.final_text
         Run.insert(**values).execute()
         index_run_text(store, imported.run_id, task=values["user_msg"])
         first = 0
@@ -179,7 +191,8 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
                    cache_creation_input_tokens=step.cache_creation_input_tokens,
                    cache_read_input_tokens=step.cache_read_input_tokens,
                    cache_write_1h_tokens=step.cache_write_1h_tokens, web_search_requests=step.web_search_requests,
-                   model=step.model, raw=step.raw, created_at=step.created_at or now, index_pending=1)
+                   model=step.model, raw=step.raw, created_at=step.created_at or now, index_pending=1,
+                   duration_ms=step.duration_ms)
         store.db.execute_sql(*_insert_statement(store.db, Step, row))
         sums[0] += step.input_tokens
         sums[1] += step.output_tokens

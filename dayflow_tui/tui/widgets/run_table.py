@@ -302,7 +302,9 @@ class RunTable(ScrollView, can_focus=True):
         else:
             note = run_title(run, room)
         agent = getattr(run, "agent", None)
-        if agent and agent != "brief":
+        if getattr(run, "source", None) == "otel":  # a trace received by dayflow collect: its sender's agent
+            note = f"[otel {one_line(agent or '?', 60)}] {note or ''}"
+        elif agent and agent != "brief":
             note = f"[{agent}] {note or ''}"
         depth = self.window.depth.get(run.id, 0)
         source = getattr(run, "source", None) or "dayflow"

@@ -1,0 +1,440 @@
+"""GenAI spans received by ``dayflow collect`` made into read-only runs (``source`` otel).
+
+The span names and attributes are the OpenTelemetry GenAI semantic conventions'
+(https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/ and
+.../gen-ai-agent-spans/): an ``invoke_agent {name}`` span is a run, the ``chat
+{model}`` spans under it are its steps, the ``execute_tool {name}`` spans its
+tool calls and results.
+
+When a run is written: spans are held in memory, by trace, until the trace's
+``invoke_agent`` span arrives (an SDK sends a span when it ends, so the agent's
+span comes last: the run appears when the agent's turn is over); then the run and
+every step found under it are written in one transaction. A chat span of that
+agent arriving later is appended as a further step. Held spans of a trace that
+stays idle past ``collect_hold_s`` are dropped (said on stderr); spans held when
+the receiver stops are lost (the sender's retry brings them back only if it
+retries).
+
+Never twice: the run's id is derived from its trace and span ids, and its
+position (``Store.imported_file`` under ``otlp:TRACE/SPAN``) records every chat
+span id written as a step; a retried request, or the same spans from another
+receiver on the same database, writes nothing (``Store.append_imported``
+moves the position only from where it was read).
+
+Which step a tool belongs to: the chat span among its ancestors, if any; else
+the last chat span of the same agent that started before it (time order), else
+the first. Content comes from ``gen_ai.output.messages`` / ``gen_ai.input.messages``
+(attributes, or the attributes of a ``gen_ai.client.inference.operation.details``
+event), from ``gen_ai.choice`` events, and from ``gen_ai.tool.call.arguments`` /
+``gen_ai.tool.call.result``; a step without any carries its usage and a note
+saying the sender did not capture content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from ..store.tables.imported import OTEL, ImportedRun, ImportedStep
+from .receive import Span
+
+NO_CONTENT = "[no content: the sender did not capture the messages; usage only]"
+CHAT_OPERATIONS = ("chat", "text_completion", "generate_content")
+MAX_DEPTH = 64  # parent chains followed this far (a hostile cycle ends here)
+MAX_TOKENS = 2**31 - 1  # a step's token counts fit the steps table's integer columns on every backend
+MAX_HELD = 200_000  # spans held in memory at most; past it the oldest traces are let go
+
+
+def operation(span: Span) -> str:
+    found = span.attributes.get("gen_ai.operation.name")
+    if isinstance(found, str) and found:
+        return found
+    if span.name == "agent run":  # Pydantic AI before the conventions named it
+        return "invoke_agent"
+    if span.name == "running tool" or span.name.startswith(("running tool:", "running tool ")):  # not "running tools"
+        return "execute_tool"
+    return span.name.split(" ", 1)[0]
+
+
+def run_id_of(trace_id: str, span_id: str) -> str:
+    return "ot" + hashlib.sha256(f"otel/{trace_id}/{span_id}".encode()).hexdigest()[:14]
+
+
+def iso(ns: int) -> str:
+    """The store's form of a moment (milliseconds, Z); a time no datetime holds is the epoch."""
+    try:
+        moment = datetime.fromtimestamp(ns // 1_000_000 / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        moment = datetime.fromtimestamp(0, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, min(value, MAX_TOKENS))
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return max(0, min(int(value), MAX_TOKENS))
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 30:
+        return min(int(value.strip()), MAX_TOKENS)
+    return 0
+
+
+def _text(value: Any, limit: int = 500) -> str | None:
+    """A value for a plain text column: text, cut, without NUL (which PostgreSQL's text cannot hold)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False)
+    return value[:limit].replace("\x00", "\ufffd")
+
+
+def _json_list(value: Any) -> list | None:
+    """A messages attribute: a JSON string of a list (the conventions), or already a list."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if isinstance(value, dict):
+        value = [value]
+    return value if isinstance(value, list) else None
+
+
+def _content_attr(span: Span, key: str) -> list | None:
+    found = _json_list(span.attributes.get(key))
+    if found is not None:
+        return found
+    for _name, _at, attributes in span.events:
+        found = _json_list(attributes.get(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _block_of(part: Any) -> dict | None:
+    """A GenAI message part as a Messages API content block."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "text", "text": _str(part.get("content", part.get("text", "")))}
+    if kind == "tool_call":
+        arguments = part.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        return {"type": "tool_use", "id": _str(part.get("id") or ""), "name": _str(part.get("name") or "?"),
+                "input": arguments if arguments is not None else {}}
+    if kind == "reasoning":
+        return {"type": "thinking", "thinking": _str(part.get("content", ""))}
+    if kind == "tool_call_response":
+        return None
+    return {**part}  # another kind, kept as sent
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _assistant_blocks(chat: Span) -> list[dict] | None:
+    """The reply's blocks from the output messages or ``gen_ai.choice`` events; None when none was captured."""
+    output = _content_attr(chat, "gen_ai.output.messages")
+    if output is not None:
+        blocks = []
+        for message in output:
+            if isinstance(message, dict):
+                for part in message.get("parts") or []:
+                    block = _block_of(part)
+                    if block is not None:
+                        blocks.append(block)
+        return blocks
+    blocks = []
+    for name, _at, attributes in chat.events:
+        if name in ("gen_ai.choice", "gen_ai.assistant.message"):
+            message = attributes.get("message", attributes.get("content"))
+            if isinstance(message, str):
+                try:
+                    message = json.loads(message)
+                except ValueError:
+                    pass
+            if isinstance(message, dict):
+                content = message.get("content")
+                if content:
+                    blocks.append({"type": "text", "text": _str(content)})
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict):
+                        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                        arguments = function.get("arguments", call.get("arguments"))
+                        if isinstance(arguments, str):
+                            try:
+                                arguments = json.loads(arguments)
+                            except ValueError:
+                                pass
+                        blocks.append({"type": "tool_use", "id": _str(call.get("id") or ""),
+                                       "name": _str(function.get("name") or call.get("name") or "?"),
+                                       "input": arguments if arguments is not None else {}})
+            elif message is not None:
+                blocks.append({"type": "text", "text": _str(message)})
+    return blocks or None
+
+
+def _first_user_text(messages: list | None) -> str | None:
+    for message in messages or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            texts = []
+            for part in message.get("parts") or []:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    texts.append(_str(part.get("content", "")))
+                elif isinstance(part, str):
+                    texts.append(part)
+            if texts:
+                return "".join(texts)
+    return None
+
+
+def _finish_reason(chat: Span) -> str | None:
+    reasons = chat.attributes.get("gen_ai.response.finish_reasons")
+    if isinstance(reasons, list) and reasons:
+        return _text(reasons[0], 100)
+    if isinstance(reasons, str):
+        return _text(reasons, 100)
+    return None
+
+
+def _model(span: Span) -> str | None:
+    found = span.attributes.get("gen_ai.response.model") or span.attributes.get("gen_ai.request.model")
+    if found:
+        return _text(found, 200)
+    if span.name.startswith("chat "):
+        return _text(span.name[5:205])
+    return None
+
+
+def _tool_call_id(tool: Span) -> str:
+    found = tool.attributes.get("gen_ai.tool.call.id")
+    return _str(found) if found else f"span-{tool.span_id}"
+
+
+def _tool_name(tool: Span) -> str:
+    found = tool.attributes.get("gen_ai.tool.name")
+    if found:
+        return _str(found)
+    return tool.name.split(" ", 1)[1] if " " in tool.name else tool.name
+
+
+def _tool_failed(tool: Span) -> bool:
+    return tool.status_code == 2 or bool(tool.attributes.get("error.type"))
+
+
+@dataclass
+class Trace:
+    spans: dict[str, Span] = field(default_factory=dict)
+    last_seen: float = 0.0
+    agents: int = 0  # invoke_agent spans of the trace seen (its runs written)
+
+
+class Assembler:
+    """The spans of one trace read as agents, their steps and their tools."""
+
+    def __init__(self, spans: dict[str, Span]):
+        self.spans = spans
+
+    def owner(self, span: Span) -> tuple[str | None, str | None]:
+        """(the agent span id above ``span``, the chat span id between them, if any)."""
+        chat = None
+        seen = 0
+        parent = span.parent_id
+        while parent is not None and seen < MAX_DEPTH:
+            seen += 1
+            above = self.spans.get(parent)
+            if above is None:
+                return None, chat
+            kind = operation(above)
+            if kind == "invoke_agent":
+                return above.span_id, chat
+            if kind in CHAT_OPERATIONS and chat is None:
+                chat = above.span_id
+            parent = above.parent_id
+        return None, chat
+
+    def agents(self) -> list[Span]:
+        return sorted((s for s in self.spans.values() if operation(s) == "invoke_agent"),
+                      key=lambda s: (s.start_ns, s.span_id))
+
+    def steps_of(self, agent: Span) -> list[tuple[Span, list[Span]]]:
+        chats, tools = [], []
+        for span in self.spans.values():
+            kind = operation(span)
+            if kind in CHAT_OPERATIONS or kind == "execute_tool":
+                owner, via_chat = self.owner(span)
+                if owner == agent.span_id:
+                    (chats if kind in CHAT_OPERATIONS else tools).append((span, via_chat))
+        chats.sort(key=lambda item: (item[0].start_ns, item[0].end_ns, item[0].span_id))
+        order = [c for c, _ in chats]
+        by_chat: dict[str, list[Span]] = {c.span_id: [] for c in order}
+        for tool, via_chat in sorted(tools, key=lambda item: (item[0].start_ns, item[0].span_id)):
+            if via_chat in by_chat:
+                by_chat[via_chat].append(tool)
+                continue
+            if not order:
+                continue
+            home = order[0]
+            for chat in order:
+                if chat.start_ns <= tool.start_ns:
+                    home = chat
+            by_chat[home.span_id].append(tool)
+        return [(c, by_chat[c.span_id]) for c in order]
+
+
+def step_of(chat: Span, tools: list[Span]) -> ImportedStep:
+    attrs = chat.attributes
+    blocks = _assistant_blocks(chat)
+    captured = blocks is not None
+    blocks = list(blocks or [])
+    called = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+    for tool in tools:  # a tool the reply's content does not list (no content captured): named from its span
+        if _tool_call_id(tool) not in called:
+            arguments = tool.attributes.get("gen_ai.tool.call.arguments")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    pass
+            blocks.append({"type": "tool_use", "id": _tool_call_id(tool), "name": _tool_name(tool),
+                           "input": arguments if arguments is not None else {}})
+    if not captured:
+        blocks.insert(0, {"type": "text", "text": NO_CONTENT})
+    results = None
+    if tools:
+        order = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        ranked = sorted(tools, key=lambda t: order.index(_tool_call_id(t)) if _tool_call_id(t) in order else len(order))
+        results = []
+        for tool in ranked:
+            result = tool.attributes.get("gen_ai.tool.call.result")
+            block = {"type": "tool_result", "tool_use_id": _tool_call_id(tool),
+                     "content": _str(result) if result is not None else ""}
+            if _tool_failed(tool):
+                block["is_error"] = True
+            results.append(block)
+    response_id = attrs.get("gen_ai.response.id")
+    raw = {"id": _str(response_id) if response_id is not None else None, "type": "otel_span",
+           "trace_id": chat.trace_id, "span_id": chat.span_id, "name": chat.name,
+           "attributes": {k: v for k, v in attrs.items() if k not in ("gen_ai.input.messages",
+                                                                       "gen_ai.output.messages",
+                                                                       "gen_ai.system_instructions")}}
+    return ImportedStep(stop_reason=_finish_reason(chat), assistant=blocks, tool_results=results, model=_model(chat),
+                        input_tokens=_int(attrs.get("gen_ai.usage.input_tokens")),
+                        output_tokens=_int(attrs.get("gen_ai.usage.output_tokens")),
+                        cache_creation_input_tokens=_int(attrs.get("gen_ai.usage.cache_creation.input_tokens")),
+                        cache_read_input_tokens=_int(attrs.get("gen_ai.usage.cache_read.input_tokens")),
+                        raw=json.dumps(raw, ensure_ascii=False, separators=(",", ":")), created_at=iso(chat.end_ns),
+                        duration_ms=min((chat.end_ns - chat.start_ns) // 1_000_000, 2**31 - 1))
+
+
+def run_of(agent: Span, steps: list[tuple[Span, list[Span]]]) -> ImportedRun:
+    attrs = agent.attributes
+    name = attrs.get("gen_ai.agent.name")
+    if not name:
+        name = agent.name.split(" ", 1)[1] if " " in agent.name else None
+    task = _first_user_text(_content_attr(agent, "gen_ai.input.messages"))
+    if task is None and steps:
+        task = _first_user_text(_content_attr(steps[0][0], "gen_ai.input.messages"))
+    model = attrs.get("gen_ai.request.model") or (_model(steps[0][0]) if steps else None)
+    answer = None
+    output = _content_attr(agent, "gen_ai.output.messages")
+    if output:
+        texts = [b["text"] for m in output if isinstance(m, dict) for b in map(_block_of, m.get("parts") or [])
+                 if b and b.get("type") == "text"]
+        answer = "".join(texts) or None
+    return ImportedRun(run_id=run_id_of(agent.trace_id, agent.span_id),
+                       external_id=f"{agent.trace_id}/{agent.span_id}", source=OTEL,
+                       agent=_text(name, 200) if name else OTEL, model=_text(model, 200) if model else None,
+                       user_msg=_text(task, 100_000), final_text=_text(answer, 1_000_000),
+                       created_at=iso(agent.start_ns))
+
+
+def position_key(agent: Span) -> str:
+    return f"otlp:{agent.trace_id}/{agent.span_id}"
+
+
+@dataclass
+class Taken:
+    spans: int = 0
+    new_runs: int = 0
+    steps: int = 0
+    runs: list[tuple[str, int]] = field(default_factory=list)  # (run id, steps added)
+    dropped: int = 0  # held traces let go (idle too long)
+
+
+class Collector:
+    """What ``dayflow collect`` holds between requests: the spans of each trace not yet written."""
+
+    def __init__(self, store: Any, *, hold_s: float, clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.hold_s = hold_s
+        self.clock = clock
+        self.traces: dict[str, Trace] = {}
+
+    def held(self) -> int:
+        """Spans of traces whose invoke_agent span has not arrived: not written yet."""
+        return sum(len(t.spans) for t in self.traces.values() if not t.agents)
+
+    def take(self, spans: list[Span]) -> Taken:
+        """Hold a request's spans, then write every run they complete or extend (each in one transaction)."""
+        taken = Taken(spans=len(spans))
+        now = self.clock()
+        touched = []
+        for span in spans:
+            trace = self.traces.get(span.trace_id)
+            if trace is None:
+                trace = self.traces[span.trace_id] = Trace()
+            trace.spans[span.span_id] = span  # the same span again (a retry): one entry
+            trace.last_seen = now
+            if span.trace_id not in touched:
+                touched.append(span.trace_id)
+        for trace_id in touched:
+            self._write(self.traces[trace_id], taken)
+        for trace_id in [t for t, trace in self.traces.items() if now - trace.last_seen > self.hold_s]:
+            taken.dropped += 1
+            del self.traces[trace_id]
+        held = sum(len(t.spans) for t in self.traces.values())
+        for trace_id in sorted(self.traces, key=lambda t: self.traces[t].last_seen):
+            if held <= MAX_HELD:
+                break
+            held -= len(self.traces.pop(trace_id).spans)
+            taken.dropped += 1
+        return taken
+
+    def _write(self, trace: Trace, taken: Taken) -> None:
+        assembler = Assembler(trace.spans)
+        agents = assembler.agents()
+        trace.agents = len(agents)
+        for agent in agents:
+            steps = assembler.steps_of(agent)
+            key = position_key(agent)
+            state = self.store.imported_file(key)
+            done = dict(state.done) if state is not None else {}
+            new = [(chat, tools) for chat, tools in steps if chat.span_id not in done]
+            if state is not None and not new:
+                continue
+            run = run_of(agent, steps)
+            first = len(done)
+            for offset, (chat, tools) in enumerate(new, start=1):
+                run.steps.append(step_of(chat, tools))
+                done[chat.span_id] = first + offset
+            added = self.store.append_imported(key, was=state, run_id=run.run_id, size=len(done), offset=len(done),
+                                               mtime_ns=0, done=done, runs=[run])
+            taken.new_runs += state is None
+            count = added.get(run.run_id, 0)
+            taken.steps += count
+            taken.runs.append((run.run_id, count))
