@@ -185,7 +185,7 @@ class _Presence:
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        from .. import __version__
+        from ..version import __version__
         from ..store.leases import HEARTBEAT_EVERY_S, this_host
 
         try:

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import __version__
+from ..version import __version__
 from ..config.errors import DayflowError, OtelMissing, UsageError
 from ..redaction import redact_and_cut
 from ..store import safe_url
