@@ -95,3 +95,26 @@ def test_run_list_sorted_by_status(snap_compare, db_path, size):
     finally:
         store.release(lease)
         store.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_workers_screen(snap_compare, waiting_store, size):
+    """`w`: one worker alive holding two runs, one stale (killed: no beat for ten minutes), one stopped."""
+    from dayflow_tui.store.models import Worker
+
+    alive = waiting_store.register_worker(host="build-7", pid=4242, version="0.1.0", concurrency=4)
+    waiting_store.worker_beat(alive, ["run-wait-0001", "run-done-0001"], 12)
+    stale = waiting_store.register_worker(host="build-3", pid=977, version="0.1.0", concurrency=2)
+    Worker.update(beat_at=waiting_store.db_now(-600), id="w-stale").where(Worker.id == stale).execute()
+    stopped = waiting_store.register_worker(host="laptop", pid=31337, version="0.0.9", concurrency=1)
+    waiting_store.worker_stopped(stopped, 3)
+    Worker.update(id="w-alive").where(Worker.id == alive).execute()
+    Worker.update(id="w-stopped").where(Worker.id == stopped).execute()
+
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await pilot.press("w")
+        await wait_for(pilot, lambda: getattr(pilot.app.screen, "loaded", False))
+        await wait_for(pilot, lambda: footer_ready(pilot.app))
+
+    assert snap_compare(DayflowApp(waiting_store), terminal_size=size, run_before=run_before)

@@ -33,8 +33,8 @@ def worker_prompt(line: WorkerLine) -> Content:
     return Content.assemble(
         (f"{row.state:<8}", STATE_STYLE.get(row.state, "")),
         (printable(one_line(f"{row.host} pid {row.pid}", 60)), "bold"),
-        (f"  v{printable(one_line(row.version, 20))}  ·  beat {line.beat}  ·  done {row.runs_done}", "$text-muted"),
-        "\n         ", (f"runs {printable(one_line(line.held, 200))}", "" if row.runs else "$text-muted"),
+        (f" · v{printable(one_line(row.version, 20))} · beat {line.beat} · done {row.runs_done}", "$text-muted"),
+        "\n", ("└ ", "$text-muted"), (f"runs {printable(one_line(line.held, 200))}", "" if row.runs else "$text-muted"),
     )
 
 
