@@ -203,11 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_approval_commands(sub, common, logs)
     _add_fork_commands(sub, common, driving)
 
-    spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model or day")
+    spend = sub.add_parser("spend", parents=[common], help="dollars spent, by agent, model, day or source")
     spend.add_argument("--since", metavar="SPAN|DATE",
                        help="count calls made since: an age (90s, 30m, 12h, 7d, 2w) or a date (default: all time)")
-    spend.add_argument("--by", choices=["agent", "model", "day"], default="model",
-                       help="one line per agent, model or UTC day (default: model)")
+    spend.add_argument("--by", choices=["agent", "model", "day", "source"], default="model",
+                       help="one line per agent, model, UTC day or source (dayflow, claude-code, otel; "
+                       "default: model)")
     spend.add_argument("--json", action="store_true", help="machine-readable output")
 
     sub.add_parser("metrics", parents=[common], help="the fleet's numbers from the database (runs by status, "

@@ -238,7 +238,7 @@ def run_cost(store, run_id: str) -> RunCost:
 
 # -- spend over time -------------------------------------------------------------------------------
 
-SPEND_KEYS = ("agent", "model", "day")
+SPEND_KEYS = ("agent", "model", "day", "source")
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ class SpendRow:
 
 
 def spend(store, *, since: str | None = None, by: str = "model") -> tuple[list[SpendRow], SpendRow]:
-    """Spend per ``by`` (agent, model or day) on calls made at or after ``since``, and the total."""
+    """Spend per ``by`` (agent, model, day or source) on calls made at or after ``since``, and the total."""
     if by not in SPEND_KEYS:
         raise UsageError(f"--by {by!r}: expected one of {', '.join(SPEND_KEYS)}")
     groups = store.token_groups(since=since)
@@ -266,6 +266,8 @@ def spend(store, *, since: str | None = None, by: str = "model") -> tuple[list[S
             return group.model or "?"
         if by == "day":
             return group.day
+        if by == "source":  # Dayflow's own runs, imported Claude Code sessions, collected OpenTelemetry runs
+            return group.source
         return agents.get(group.run_id) or BUILTIN_AGENT
 
     buckets: dict[str, list] = defaultdict(list)

@@ -303,3 +303,18 @@ def test_a_call_that_never_got_its_result_is_taken_once_the_file_has_settled(db_
     settled = rows(db_target)
     imported(db_target, root)  # the unfinished line is read again, and nothing is written
     assert rows(db_target) == settled
+
+
+def test_spend_by_source_splits_dayflows_runs_from_imported_sessions(db_target, tmp_path):
+    cc.write_projects(tmp_path / "projects")
+    imported(db_target, tmp_path / "projects")
+    brief = dayflow("brief", db=db_target, env=cli_env(DAYFLOW_MODEL="offline"))
+    assert brief.returncode == 0, text(brief.stderr)
+    by_source = json.loads(dayflow("spend", "--by", "source", "--json", db=db_target).stdout)
+    rows = {row["source"]: row for row in by_source["rows"]}
+    assert set(rows) == {"dayflow", "claude-code"}
+    assert rows["dayflow"]["runs"] == 1 and rows["claude-code"]["runs"] == 3
+    by_model = json.loads(dayflow("spend", "--json", db=db_target).stdout)
+    assert sum(r["calls"] for r in rows.values()) == by_model["total"]["calls"]  # the same calls, split otherwise
+    plain = text(dayflow("spend", "--by", "source", db=db_target).stdout)
+    assert "by source" in plain and "claude-code" in plain

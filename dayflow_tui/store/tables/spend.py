@@ -29,6 +29,7 @@ class TokenGroup:
     largest_input: int
     cache_write_1h_tokens: int = 0  # of cache_write_tokens, the part kept for an hour
     web_search_requests: int = 0
+    source: str = "dayflow"  # the run's source: dayflow, claude-code, otel (``spend --by source``)
 
 
 @store_call
@@ -50,7 +51,8 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
                          fn.SUM(Step.output_tokens).alias("output_tokens"),
                          fn.SUM(Step.cache_write_1h_tokens).alias("cache_write_1h_tokens"),
                          fn.SUM(Step.web_search_requests).alias("web_search_requests"),
-                         fn.COUNT(Step.n).alias("calls"), fn.MAX(Step.input_tokens).alias("largest_input"))
+                         fn.COUNT(Step.n).alias("calls"), fn.MAX(Step.input_tokens).alias("largest_input"),
+                         fn.MAX(Run.source).alias("source"))  # one run, one source: MAX only names it
              .join(Run, on=(Step.run == Run.id))
              # An imported session's prompts and markers are steps without a model call (no tokens): not calls.
              .where((Run.source == "dayflow") | ~Step.stop_reason.startswith("claude-code:")
@@ -74,7 +76,8 @@ def token_groups(store: StoreHandle, run_ids: Iterable[str] | None = None, *,
                        output_tokens=int(row["output_tokens"] or 0), calls=int(row["calls"] or 0),
                        largest_input=int(row["largest_input"] or 0),
                        cache_write_1h_tokens=int(row["cache_write_1h_tokens"] or 0),
-                       web_search_requests=int(row["web_search_requests"] or 0))
+                       web_search_requests=int(row["web_search_requests"] or 0),
+                       source=row["source"] or "dayflow")
             for row in query.dicts()]
 
 
