@@ -62,7 +62,9 @@ MODEL = "claude-sonnet-4-5"
 NOW = datetime(2026, 12, 4, 16, 40)  # a Friday afternoon: the runs span Tuesday to Friday
 AGENTS_FILE = str(HERE / "demo_agents.py")
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg")
+# Claude Code sessions are imported from here (a fixed path: an imported run's id is made from it).
+CLAUDE_PROJECTS = Path(tempfile.gettempdir()) / "dayflow-screenshots-claude" / "projects"
 
 
 class SteadyTimer:
@@ -459,6 +461,60 @@ async def snap(store, save: Saver) -> None:
         await pilot.press("q")
 
 
+def claude_code_session(root: Path) -> None:
+    """One Claude Code session file as Claude Code writes it (the record shapes tests/cli/claude_code_fixtures.py
+    cites): a prompt, a reply with a Bash call, its result, the answer; one record per content block."""
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    folder = root / "-home-dana-shop"
+    folder.mkdir(parents=True)
+    base = {"isSidechain": False, "userType": "external", "cwd": "/home/dana/shop", "version": "2.0.14",
+            "sessionId": "5b9e0c4e-7d1a-4f5e-9a55-3c2f0e8b7a10", "gitBranch": "fix/cart-total"}
+    usage = {"input_tokens": 12, "cache_creation_input_tokens": 4210, "cache_read_input_tokens": 18340,
+             "output_tokens": 310, "service_tier": "standard"}
+
+    def assistant(uuid, parent, ts, message_id, block, stop):
+        return {**base, "parentUuid": parent, "type": "assistant", "uuid": uuid, "timestamp": ts,
+                "requestId": "req_" + message_id[-6:],
+                "message": {"id": message_id, "type": "message", "role": "assistant", "model": MODEL + "-20250929",
+                            "content": [block], "stop_reason": stop, "stop_sequence": None, "usage": usage}}
+
+    records = [
+        {**base, "parentUuid": None, "type": "user", "uuid": "u1", "timestamp": "2026-12-04T10:02:11.000Z",
+         "message": {"role": "user", "content": "The cart total is off by one cent on discounted items. Fix it."}},
+        assistant("a1", "u1", "2026-12-04T10:02:15.000Z", "msg_01cc", {"type": "text", "text":
+                  "Let me find where the discount is rounded."}, None),
+        assistant("a2", "a1", "2026-12-04T10:02:16.000Z", "msg_01cc", {"type": "tool_use", "id": "toolu_01cc",
+                  "name": "Bash", "input": {"command": "grep -rn 'round(' src/cart/"}}, "tool_use"),
+        {**base, "parentUuid": "a2", "type": "user", "uuid": "u2", "timestamp": "2026-12-04T10:02:17.000Z",
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01cc",
+                     "content": "src/cart/total.py:41:    line = round(price * (1 - discount), 2)"}]}},
+        assistant("a3", "u2", "2026-12-04T10:02:25.000Z", "msg_02cc", {"type": "text", "text":
+                  "Each line is rounded before the sum, so three discounted lines can lose a cent. I changed "
+                  "total.py to sum in Decimal and round once at the end; the cart tests pass."}, "end_turn"),
+    ]
+    with open(folder / (base["sessionId"] + ".jsonl"), "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(record) + "\n" for record in records)
+
+
+async def snap_claude_code(store, save: Saver) -> None:
+    """The imported session among Dayflow's runs, opened: its transcript, read-only."""
+    os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
+    imported = next(r.id for r in store.list_runs() if (r.source or "dayflow") == "claude-code")
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: list_ready(app))
+        app.screen.query_one(RunTable).select_run(imported)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.screen.query("#steps")) and getattr(app.screen, "run", None) is not None)
+        await pilot.press("j")  # step 2: the reply with its Bash call and the call's result
+        await pilot.pause(0.6)
+        save(app, "claude-code.svg")
+        await pilot.press("q")
+
+
 async def main(out: Path) -> None:
     driver.time = SteadyTimer()
     with tempfile.TemporaryDirectory(prefix="dayflow-shots-") as tmp:
@@ -466,8 +522,13 @@ async def main(out: Path) -> None:
         with clock_at(day(1, 6)):  # the sample tasks a new database starts with, created then
             store = open_store(Path(tmp) / "dayflow.db")
         lease = build(store)
+        from dayflow_tui.claude_code.importer import import_claude_code
+
+        claude_code_session(CLAUDE_PROJECTS)
+        import_claude_code(store, CLAUDE_PROJECTS, say=lambda _line: None)
         try:
             await snap(store, Saver(out))
+            await snap_claude_code(store, Saver(out))
         finally:
             store.release(lease)
             store.close()

@@ -20,7 +20,7 @@ from ..tui_helpers import settle, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "screenshots" / "make_screenshots.py"
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg")
 
 
 def svg_text(path: Path) -> str:
@@ -37,13 +37,14 @@ def test_the_screenshot_script_draws_a_realistic_database(tmp_path):
     run_list = svg_text(out / "run-list.svg")
     for status in ("done", "running", "interrupted", "failed", "budget", "queued", "waiting", "cancelled"):
         assert status in run_list, status
-    assert "29\xa0runs" in run_list or "29 runs" in run_list
+    assert "30\xa0runs" in run_list or "30 runs" in run_list  # 29 of Dayflow's own, one imported session
     for title in ("Postgres\xa0replication,\xa02\xa0TB", "[triage]\xa0Queue\xa0ACME", "2\xa0forks"):
         assert title in run_list or title.replace("\xa0", " ") in run_list, title
     costs = re.findall(r"\$(\d+\.\d{4})", run_list)
     assert len(costs) >= 20 and max(float(c) for c in costs) > 0.1  # priced as claude-sonnet-4-5, not $0.00
     assert "arriving" in svg_text(out / "reply-streaming.svg")
     assert "set_title" in svg_text(out / "transcript.svg") and "fetch_page" in svg_text(out / "transcript.svg")
+    assert "Bash" in svg_text(out / "claude-code.svg") and "Read-only" in svg_text(out / "claude-code.svg")
 
 
 @pytest.mark.anyio

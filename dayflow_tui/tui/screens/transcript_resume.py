@@ -91,7 +91,8 @@ class ResumeControls(Screen):
             button.tooltip = "Continue this run where it stopped (r)"
         else:
             short = ("Done" if blocker.startswith("done") else "Running here" if blocker == "being driven here"
-                     else "Waiting" if "waits for a decision" in blocker else "Busy")
+                     else "Waiting" if "waits for a decision" in blocker
+                     else "Read-only" if "read-only" in blocker else "Busy")
             button.label, button.disabled = Content(short), True
             button.tooltip = printable(f"Cannot resume: {blocker}")
         self.sync_bindings()
