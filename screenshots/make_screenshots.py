@@ -62,7 +62,7 @@ MODEL = "claude-sonnet-4-5"
 NOW = datetime(2026, 12, 4, 16, 40)  # a Friday afternoon: the runs span Tuesday to Friday
 AGENTS_FILE = str(HERE / "demo_agents.py")
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg", "claude-code.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg")
 # Claude Code sessions are imported from here (a fixed path: an imported run's id is made from it).
 CLAUDE_PROJECTS = Path(tempfile.gettempdir()) / "dayflow-screenshots-claude" / "projects"
 
@@ -498,6 +498,56 @@ def claude_code_session(root: Path) -> None:
         fh.writelines(json.dumps(record) + "\n" for record in records)
 
 
+def collected_trace(store) -> None:
+    """An OpenAI Agents SDK run as ``dayflow collect`` receives it: GenAI spans (invoke_agent, chat, execute_tool
+    with the semantic conventions' attributes and captured content), written by the receiver's own code."""
+    from dayflow_tui.otel.collect import Collector
+    from dayflow_tui.otel.receive import Span
+
+    start = int(day(4, 11, 20).timestamp() * 1e9)
+    second = 10**9
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    text = lambda role, words: json.dumps([{"role": role, "parts": [{"type": "text", "content": words}]}])  # noqa: E731
+    root = Span(trace, "00f067aa0ba902b7", None, "invoke_agent Refund desk", start, start + 9 * second,
+                {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "Refund desk",
+                 "gen_ai.system": "openai"}, service="support-bot")
+    chat1 = Span(trace, "00f067aa0ba902b8", root.span_id, "chat gpt-4.1", start + second, start + 3 * second,
+                 {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4.1",
+                  "gen_ai.response.model": "gpt-4.1-2025-04-14", "gen_ai.usage.input_tokens": 1840,
+                  "gen_ai.usage.output_tokens": 96, "gen_ai.response.finish_reasons": ["tool_calls"],
+                  "gen_ai.input.messages": text("user", "Order 8841 arrived broken. Can I get a refund?"),
+                  "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                      {"type": "tool_call", "id": "call_7Qd", "name": "lookup_order",
+                       "arguments": {"order_id": "8841"}}]}])}, service="support-bot")
+    tool = Span(trace, "00f067aa0ba902b9", root.span_id, "execute_tool lookup_order", start + 3 * second,
+                start + 4 * second, {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order",
+                                     "gen_ai.tool.call.id": "call_7Qd"}, service="support-bot")
+    chat2 = Span(trace, "00f067aa0ba902ba", root.span_id, "chat gpt-4.1", start + 4 * second, start + 8 * second,
+                 {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4.1",
+                  "gen_ai.usage.input_tokens": 2210, "gen_ai.usage.output_tokens": 142,
+                  "gen_ai.response.finish_reasons": ["stop"],
+                  "gen_ai.output.messages": text("assistant", "Order 8841 is within the 30-day window: I have "
+                                                 "started a full refund of $64.20; you will see it in 3-5 days.")},
+                 service="support-bot")
+    Collector(store, hold_s=60).take([chat1, tool, chat2, root])
+
+
+async def snap_collected(store, save: Saver) -> None:
+    """A run another framework sent over OTLP, opened beside Dayflow's own."""
+    os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
+    (collected,) = store.list_runs(source="otel")
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: list_ready(app))
+        app.screen.query_one(RunTable).select_run(collected.id)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.screen.query("#steps")) and getattr(app.screen, "run", None) is not None)
+        await pilot.pause(0.6)
+        save(app, "otel-collect.svg")
+        await pilot.press("q")
+
+
 async def snap_claude_code(store, save: Saver) -> None:
     """The imported session among Dayflow's runs, opened: its transcript, read-only."""
     os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
@@ -526,9 +576,11 @@ async def main(out: Path) -> None:
 
         claude_code_session(CLAUDE_PROJECTS)
         import_claude_code(store, CLAUDE_PROJECTS, say=lambda _line: None)
+        collected_trace(store)
         try:
             await snap(store, Saver(out))
             await snap_claude_code(store, Saver(out))
+            await snap_collected(store, Saver(out))
         finally:
             store.release(lease)
             store.close()

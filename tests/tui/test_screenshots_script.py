@@ -20,7 +20,7 @@ from ..tui_helpers import settle, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "screenshots" / "make_screenshots.py"
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg", "claude-code.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg")
 
 
 def svg_text(path: Path) -> str:
@@ -37,7 +37,7 @@ def test_the_screenshot_script_draws_a_realistic_database(tmp_path):
     run_list = svg_text(out / "run-list.svg")
     for status in ("done", "running", "interrupted", "failed", "budget", "queued", "waiting", "cancelled"):
         assert status in run_list, status
-    assert "30\xa0runs" in run_list or "30 runs" in run_list  # 29 of Dayflow's own, one imported session
+    assert "31\xa0runs" in run_list or "31 runs" in run_list  # 29 of Dayflow's own, a Claude Code session, a trace
     for title in ("Postgres\xa0replication,\xa02\xa0TB", "[triage]\xa0Queue\xa0ACME", "2\xa0forks"):
         assert title in run_list or title.replace("\xa0", " ") in run_list, title
     costs = re.findall(r"\$(\d+\.\d{4})", run_list)
@@ -45,6 +45,7 @@ def test_the_screenshot_script_draws_a_realistic_database(tmp_path):
     assert "arriving" in svg_text(out / "reply-streaming.svg")
     assert "set_title" in svg_text(out / "transcript.svg") and "fetch_page" in svg_text(out / "transcript.svg")
     assert "Bash" in svg_text(out / "claude-code.svg") and "Read-only" in svg_text(out / "claude-code.svg")
+    assert "lookup_order" in svg_text(out / "otel-collect.svg") and "Read-only" in svg_text(out / "otel-collect.svg")
 
 
 @pytest.mark.anyio
