@@ -138,7 +138,11 @@ def test_four_workers_one_killed_every_run_finishes_once(db_target, tmp_path):
 
     runs = list(Run.select())
     assert len(runs) == RUNS and {r.status for r in runs} == {"done"}, Counter(r.status for r in runs)
-    assert all(r.step_count == 3 and r.lease_token is None for r in runs)
+    assert all(r.step_count == 3 for r in runs)
+    # Released by every live owner. The SIGKILL may land after the victim's final commit and before its
+    # release (a loaded machine): that run keeps its dead owner's token, harmless on a finished run.
+    assert all(r.lease_token is None for r in runs if r.owner_pid != killed.pid), \
+        [(r.id, r.owner_pid) for r in runs if r.lease_token is not None]
     for r in runs:
         steps = list(Step.select().where(Step.run == r.id).order_by(Step.n))
         assert [s.n for s in steps] == [1, 2, 3] and steps[-1].stop_reason == "end_turn"
