@@ -532,36 +532,22 @@ def collected_trace(store) -> None:
     Collector(store, hold_s=60).take([chat1, tool, chat2, root])
 
 
-async def snap_collected(store, save: Saver) -> None:
-    """A run another framework sent over OTLP, opened beside Dayflow's own."""
+async def snap_imported(store, save: Saver, source: str, name: str, *keys: str) -> None:
+    """The one run of ``source`` (claude-code, otel) opened beside Dayflow's own: its transcript, read-only,
+    after ``keys``."""
     os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
-    (collected,) = store.list_runs(source="otel")
+    (imported,) = store.list_runs(source=source)
     app = DayflowApp(store)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: list_ready(app))
-        app.screen.query_one(RunTable).select_run(collected.id)
+        app.screen.query_one(RunTable).select_run(imported.id)
         await pilot.pause(0.3)
         await pilot.press("enter")
         await until(pilot, lambda: bool(app.screen.query("#steps")) and getattr(app.screen, "run", None) is not None)
+        if keys:
+            await pilot.press(*keys)
         await pilot.pause(0.6)
-        save(app, "otel-collect.svg")
-        await pilot.press("q")
-
-
-async def snap_claude_code(store, save: Saver) -> None:
-    """The imported session among Dayflow's runs, opened: its transcript, read-only."""
-    os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
-    imported = next(r.id for r in store.list_runs() if (r.source or "dayflow") == "claude-code")
-    app = DayflowApp(store)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: list_ready(app))
-        app.screen.query_one(RunTable).select_run(imported)
-        await pilot.pause(0.3)
-        await pilot.press("enter")
-        await until(pilot, lambda: bool(app.screen.query("#steps")) and getattr(app.screen, "run", None) is not None)
-        await pilot.press("j")  # step 2: the reply with its Bash call and the call's result
-        await pilot.pause(0.6)
-        save(app, "claude-code.svg")
+        save(app, name)
         await pilot.press("q")
 
 
@@ -579,8 +565,9 @@ async def main(out: Path) -> None:
         collected_trace(store)
         try:
             await snap(store, Saver(out))
-            await snap_claude_code(store, Saver(out))
-            await snap_collected(store, Saver(out))
+            # The Claude Code session at step 2 (the reply with its Bash call and the call's result).
+            await snap_imported(store, Saver(out), "claude-code", "claude-code.svg", "j")
+            await snap_imported(store, Saver(out), "otel", "otel-collect.svg")
         finally:
             store.release(lease)
             store.close()
