@@ -407,6 +407,10 @@ class Store:
         """Each of these runs' forks, oldest first."""
         return forks.forks_of(self, run_ids)
 
+    def subagents_of(self, run_ids: list[str]) -> dict[str, list[Run]]:
+        """Each of these runs' subagent runs (``parent_call_id`` set), oldest first; forks are not among them."""
+        return forks.subagents_of(self, run_ids)
+
     def run_resumes(self, run_id: str) -> list[RunResume]:
         """Where each resume of the run began, oldest first."""
         return resumes.run_resumes(self, run_id)
