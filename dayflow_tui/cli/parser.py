@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--source", choices=["dayflow", "claude-code", "otel"],
                       help="only runs driven here (dayflow), imported Claude Code sessions (claude-code) or "
                       "OpenTelemetry traces received by `dayflow collect` (otel)")
+    runs.add_argument("--tree", action="store_true",
+                      help="each subagent run under the run whose call started it (its whole tree), with the "
+                      "tree's runs, steps, dollars and worst status at the parent")
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -187,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     raw.add_argument("--raw", action="store_true", help="plain JSON, one document per step: the blocks and "
                      "tool results as stored, the reply body as the API sent it, tokens")
     raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
+    raw.add_argument("--json", action="store_true", help="one JSON document: the run, its subagent tree "
+                     "(each child under the call that started it) with the rolled-up cost, and every step")
     show.add_argument("--no-pager", action="store_true",
                       help="on a terminal, print instead of paging through $PAGER (default: less)")
 

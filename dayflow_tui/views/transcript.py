@@ -76,17 +76,19 @@ class ShownRun:
     approvals: tuple
     status: str = ""  # the status shown, as `dayflow runs` and the dashboard word it (interrupted, not running)
     title: str = ""  # views.titles.run_title: given, or made from the task and the answer
+    tree: object = None  # views.run_tree.TreeNode: the run and the subagent runs under it
 
 
 def read_show(store, run_id: str) -> ShownRun:
-    from ..money.cost import run_cost
     from ..store import effective_status
     from ..store.tables.resumes import run_resumes
+    from .run_tree import read_tree
     from .titles import run_title
 
-    run = store.get_run(run_id)
-    return ShownRun(run, run_cost(store, run.id), tuple(run_resumes(store, run.id)),
-                    tuple(store.approvals(run.id)), effective_status(run), run_title(run))
+    tree = read_tree(store, run_id)
+    run = tree.run
+    return ShownRun(run, tree.cost, tuple(run_resumes(store, run.id)),
+                    tuple(store.approvals(run.id)), effective_status(run), run_title(run), tree)
 
 
 # The first page is small, so the first screen of a long run is written at once; later ones amortise the reads.
