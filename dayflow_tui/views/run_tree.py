@@ -90,27 +90,32 @@ def read_rollups(store, runs: Iterable[Run]) -> dict[str, Rollup]:
 
 
 def read_subtrees(store, roots: list[Run]) -> dict[str, TreeNode]:
-    """Each root's tree: its descendants read a level at a time, their costs in one query."""
+    """Each root's tree: its descendants read a level at a time (each run asked about once), their costs in
+    one query. A root may be under another root too (a list holds parents and children): each gets its tree."""
     kids: dict[str, list[Run]] = {}
-    seen = {run.id for run in roots}
-    level = [run.id for run in roots]
+    runs = {run.id: run for run in roots}
+    level = list(runs)
+    asked: set[str] = set()
     for _ in range(MAX_DEPTH):
+        level = [run_id for run_id in dict.fromkeys(level) if run_id not in asked]
         if not level:
             break
+        asked.update(level)
         found = store.subagents_of(level)
         level = []
         for parent_id, children in found.items():
-            fresh = [child for child in children if child.id not in seen]
-            seen.update(child.id for child in fresh)
-            kids[parent_id] = fresh
-            level.extend(child.id for child in fresh)
-    costs = run_costs(store, list(seen))
+            kids[parent_id] = children
+            for child in children:
+                runs.setdefault(child.id, child)
+                level.append(child.id)
+    costs = run_costs(store, list(runs))
 
-    def node(run: Run) -> TreeNode:
-        return TreeNode(run, effective_status(run), costs.get(run.id, NO_CALLS),
-                        tuple(node(child) for child in kids.get(run.id, ())))
+    def node(run: Run, above: frozenset) -> TreeNode:
+        # ``above``: the runs on the way down; a damaged row naming one of them is not followed round again.
+        under = tuple(node(child, above | {child.id}) for child in kids.get(run.id, ()) if child.id not in above)
+        return TreeNode(run, effective_status(run), costs.get(run.id, NO_CALLS), under)
 
-    return {run.id: node(run) for run in roots}
+    return {run.id: node(run, frozenset({run.id})) for run in roots}
 
 
 def tree_json(node: TreeNode) -> dict:
