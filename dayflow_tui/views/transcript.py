@@ -9,8 +9,8 @@ each page is read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence
 
 from ..agent.transcript import StepView, attach_decisions, build_steps
 from ..testhook import pause_point
@@ -27,6 +27,10 @@ class TranscriptRead:
     views: list[StepView] | None
     steps_changed: bool
     pending: tuple = ()  # views.pending.PendingCall: the calls the run waits on a person for
+    # The subagent runs its calls started (views.run_tree.TreeNode by the call's id) and its tree's roll-up
+    # (None: no call of it started one). Read at every change: a child moves while its parent waits on it.
+    children: Mapping[str, object] = field(default_factory=dict)
+    tree: object = None
 
 
 def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] = (),
@@ -62,8 +66,11 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
             views = build_steps(everything, run.model)
         attach_decisions(views, decided)
     from .pending import pending_calls
+    from .run_tree import read_subtrees, roll_up
 
-    return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided))
+    tree = read_subtrees(store, [run])[run.id]
+    return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided),
+                          tree.child_for_call(), roll_up(tree) if tree.children else None)
 
 
 @dataclass(frozen=True)
