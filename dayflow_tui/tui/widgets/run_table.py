@@ -313,24 +313,26 @@ class RunTable(ScrollView, can_focus=True):
             note = f"↳ {run.parent_id} {note or ''}" if not depth else f"↳ {note or ''}"
         elif getattr(run, "parent_id", None):
             note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}" if not depth else f"⑂ @{run.forked_at} {note or ''}"
-        if depth:
-            note = "  " * (depth - 1) + "└─ " + (note or "")
         forks = self.window.forks.get(run.id)
         tree = self.window.trees.get(run.id)  # views.run_tree.Rollup: it has subagent runs under it
         folded = run.id in self.window.folded
+        indent = "  " * (depth - 1) + "└─ " if depth else ""
+        if indent and tree is None:
+            note = indent + (note or "")
+            indent = ""  # (a tree's mark goes after its indent, below)
         shown_status, cost = status, cost_text(self.costs.get(run.id, NO_CALLS).total)  # as `dayflow runs` writes it
         if tree is not None and folded:
             # Folded, the row stands for its tree: the tree's dollars (Σ) and its worst status (a child that
             # failed or waits for a person shows at the parent); the run's own status is in the note.
             below = tree.runs - 1
-            note = f"▸ +{below} (z) · own {formatting.status_label(status)} · " + (note or "")
+            note = indent + f"▸ +{below} (z) · own {formatting.status_label(status)} · " + (note or "")
             shown_status, cost = tree.worst, "Σ" + cost_text(tree.total)
             known = shown_status in _KNOWN_STATUSES
             status_style = self.get_component_rich_style(f"run-table--{shown_status}" if known else "run-table--dim")
         elif tree is not None:
             below = tree.runs - 1
             worst = f"{formatting.status_label(tree.worst)} below · " if tree.differs else ""
-            note = f"▾ +{below} Σ{cost_text(tree.total)} · {worst}" + (note or "")
+            note = indent + f"▾ +{below} Σ{cost_text(tree.total)} · {worst}" + (note or "")
         elif forks:
             note = (f"▸ {forks} fork{'s' if forks != 1 else ''} folded (z) · " if folded
                     else f"▾ {forks} fork{'s' if forks != 1 else ''} · ") + (note or "")

@@ -29,10 +29,10 @@ def step_prompt(view: StepView, *, dollars: bool = False, subagents: bool = Fals
     return Content.assemble(
         (f"{view.n:>3} ", "bold"),
         (printable(view.stop_reason or "—")[:8].ljust(9), "$text-success" if view.stop_reason == "end_turn" else ""),
-        f"{size:>7} ",
+        f"{size:>7}",
+        ("↳", "bold $accent") if subagents else " ",  # in the gap before the tools: still 30 columns
         (tools.ljust(7), ""),
         (" ✖" if errors or view.problem else "", "bold $text-error"),
-        (" ↳" if subagents else "", "bold $accent"),
     )
 
 
