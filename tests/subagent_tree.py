@@ -33,17 +33,29 @@ researcher = Agent(name="researcher", system="Find the facts with lookup.",
 agent = Agent(name="writer", system="Write the answer; ask the researcher first.",
               tools=(tool_from_agent(researcher), tool_from_agent(checker)),
               task="Should I take an umbrella in Lisbon?")
+
+
+@tool(needs_approval=True)
+def publish(text: str) -> dict:
+    """Publish the text."""
+    return {"ok": True, "published": text}
+
+
+publisher = Agent(name="publisher", system="Publish what you are given.", tools=(publish,))
+editor = Agent(name="editor", system="Edit, then have it published.", tools=(tool_from_agent(publisher),),
+               task="Publish the Lisbon note.")
 '''
 
 # Untrusted text in a child's answer: shown literally everywhere, never as markup or a terminal escape.
 HOSTILE_ANSWER = "Lisbon is dry [bold]21 C[/] \x1b[31mred\x1b[0m."
 
 
-def write_agent(directory: Path) -> str:
-    """The agent file in ``directory``; its reference for `dayflow run` / ``load_agent``."""
+def write_agent(directory: Path, name: str = "agent") -> str:
+    """The agent file in ``directory``; its reference for `dayflow run` / ``load_agent`` (``name``: the
+    writer, ``agent``, or the ``editor`` whose child waits for a person's decision)."""
     path = Path(directory) / "writer_tree.py"
     path.write_text(AGENT_FILE)
-    return f"{path}:agent"
+    return f"{path}:{name}"
 
 
 def _system(body: dict) -> str:
@@ -72,6 +84,15 @@ def tree_script(handler, body):
     system = _system(body)
     turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
     task = json.dumps(body["messages"][0]["content"])
+    if "Edit, then have it published" in system:  # the editor: its publisher's call waits for a person
+        if turns == 0:
+            return _call("toolu_publish01", "publisher", "Publish: Lisbon is dry")(handler, body)
+        return message_reply([{"type": "text", "text": "Sent for publishing."}])(handler, body)
+    if "Publish what you are given" in system:
+        if turns == 0:
+            return message_reply([{"type": "tool_use", "id": "toolu_pub01", "name": "publish",
+                                   "input": {"text": "Lisbon is dry"}}], "tool_use")(handler, body)
+        return message_reply([{"type": "text", "text": "Published."}])(handler, body)
     if "Write the answer" in system:  # the writer (the parent)
         if turns == 0:
             return _call("toolu_research01", "researcher", "Lisbon's weather today")(handler, body)

@@ -106,3 +106,20 @@ def test_runs_tree_nests_children_and_rolls_up_cost_and_status_at_the_parent(tre
     assert [r["id"] for r in done_only] == [r["id"] for r in rows]
     assert [r["id"] for r in json.loads(_out("runs", "--json", "--status", "done", db=db))].count(
         by_call["toolu_check01"]["id"]) == 0
+
+
+def test_a_child_waiting_for_a_decision_shows_at_the_parent_row(tmp_path):
+    db = tmp_path / "dayflow.db"
+    with LoopbackAPI() as api:
+        api.planned = {n: tree_script for n in range(1, 50)}
+        done = dayflow("run", write_agent(tmp_path, "editor"), "--model", MODEL, db=db,
+                       env=cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0"))
+        assert done.returncode == 0, done.stderr
+    rows = json.loads(_out("runs", "--tree", "--json", db=db))
+    assert [(r["agent"], r["depth"], r["status"]) for r in rows][1:] == [("publisher", 1, "waiting")]
+    editor = rows[0]
+    assert editor["agent"] == "editor" and editor["tree"]["worst_status"] == "waiting"
+    parent_line = _out("runs", "--tree", db=db).splitlines()[0]
+    assert parent_line.startswith(editor["id"])
+    # The parent's own status, or the tree's worst beside it: either way the row says a run waits.
+    assert editor["status"] == "waiting" or "worst ⏸ waiting" in parent_line
