@@ -15,19 +15,19 @@ from decimal import Decimal
 from typing import Iterable
 
 from ..money.cost import NO_CALLS, RunCost, add_costs, run_costs, usd_number
-from ..store import effective_status
+from ..store import RunStatus, effective_status
 from ..store.models import Run
 
 # The worst first: what needs a person, then what stopped, then what still moves, then what ended well.
 # A status Dayflow never wrote (a damaged row) ranks below them all: shown as it is, never the tree's word.
 SEVERITY = ("waiting", "failed", "budget", "interrupted", "cancelled", "running", "queued", "forked", "done")
+_RANK = {status: i for i, status in enumerate(SEVERITY)}
 MAX_DEPTH = 32  # a tree deeper than this (a damaged row pointing in a circle) is read no further
 
 
 def worse(a: str, b: str) -> str:
     """The worse of two shown statuses (``SEVERITY``)."""
-    rank = {status: i for i, status in enumerate(SEVERITY)}
-    return a if rank.get(a, len(SEVERITY)) <= rank.get(b, len(SEVERITY)) else b
+    return a if _RANK.get(a, len(SEVERITY)) <= _RANK.get(b, len(SEVERITY)) else b
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,8 @@ def rollup_json(rollup: Rollup | None) -> dict | None:
             "worst_status": rollup.worst}
 
 
-
 def status_word(status: str) -> str:
     """A status with its glyph (``✖ failed``); a word Dayflow never wrote (a damaged row) as it is."""
-    from ..store import RunStatus
-
     try:
         return RunStatus(status).label
     except ValueError:
