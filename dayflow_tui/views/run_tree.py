@@ -85,13 +85,15 @@ def read_tree(store, run_id: str) -> TreeNode:
 
 def read_rollups(store, runs: Iterable[Run]) -> dict[str, Rollup]:
     """The roll-up of each of ``runs`` that has subagent runs under it (the others are their own row)."""
-    trees = read_subtrees(store, list(runs))
+    trees = read_subtrees(store, list(runs), lone_costs=False)
     return {run_id: roll_up(tree) for run_id, tree in trees.items() if tree.children}
 
 
-def read_subtrees(store, roots: list[Run]) -> dict[str, TreeNode]:
+def read_subtrees(store, roots: list[Run], *, lone_costs: bool = True) -> dict[str, TreeNode]:
     """Each root's tree: its descendants read a level at a time (each run asked about once), their costs in
-    one query. A root may be under another root too (a list holds parents and children): each gets its tree."""
+    one query. A root may be under another root too (a list holds parents and children): each gets its tree.
+    ``lone_costs=False``: a root without children is left at no cost (a caller that rolls up trees only; the
+    run list has its rows' costs already: reading them again took most of this function's time)."""
     kids: dict[str, list[Run]] = {}
     runs = {run.id: run for run in roots}
     level = list(runs)
@@ -108,7 +110,9 @@ def read_subtrees(store, roots: list[Run]) -> dict[str, TreeNode]:
             for child in children:
                 runs.setdefault(child.id, child)
                 level.append(child.id)
-    costs = run_costs(store, list(runs))
+    under = {child.id for children in kids.values() for child in children}
+    priced = [run_id for run_id in runs if lone_costs or kids.get(run_id) or run_id in under]
+    costs = run_costs(store, priced) if priced else {}
 
     def node(run: Run, above: frozenset) -> TreeNode:
         # ``above``: the runs on the way down; a damaged row naming one of them is not followed round again.
