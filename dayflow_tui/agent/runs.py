@@ -11,6 +11,7 @@ attempt ends the lease is released and a failed attempt is counted.
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass
 from decimal import Decimal
@@ -161,10 +162,9 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     validated = None
     if lease is None:
         check_dollar_budget(run.model, budget_usd)
-        steps = store.replay_steps(run.id)
         # A damaged history is refused with nothing written; a sound one is handed to the drive, which reads it
         # again only if the run moved on before the claim (a 10,000-step history read and decoded once).
-        validated = (steps, *messages_and_lengths(run, steps))
+        validated = _read_history(store, run)
         # An agent that cannot be loaded, or whose code changed, is refused with nothing written.
         agent, change = agent_for_run(run, allow_changed=allow_changed_agent)
         if client is None:
@@ -250,8 +250,24 @@ def _history(store: Store, run: Run, validated: tuple | None) -> tuple[list[Repl
         if run.step_count == len(steps) and (last is None or last.n == len(steps)) and (
                 last is None or last.tool_results is not None or store.step_at(run.id, last.n).tool_results is None):
             return validated
-    steps = store.replay_steps(run.id)
-    return (steps, *messages_and_lengths(run, steps))
+    return _read_history(store, run)
+
+
+def _read_history(store: Store, run: Run):
+    """The run's stored steps, its messages and their encoded lengths, read and decoded once.
+
+    The cyclic collector is paused while it is built: decoding a long history makes millions of objects that
+    all live on, and each full collection the growth set off walked all of them again (at 10,000 steps a
+    fifth of the resume's work). Nothing made here is a cycle; the collector runs again as soon as it ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        steps = store.replay_steps(run.id)
+        return (steps, *messages_and_lengths(run, steps))
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _drive_claimed(store: Store, run_id: str, lease: Lease, *,

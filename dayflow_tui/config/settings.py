@@ -24,7 +24,7 @@ import dataclasses
 import json
 import os
 import socket
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -133,17 +133,13 @@ class Settings:
     def data_home(self) -> Path:
         if self.data_dir is not None:
             return self.data_dir
-        import platformdirs
-
-        return Path(platformdirs.user_data_dir("dayflow", appauthor=False))
+        return _user_dir("data")
 
     @property
     def state_home(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
-        import platformdirs
-
-        return Path(platformdirs.user_state_dir("dayflow", appauthor=False))
+        return _user_dir("state")
 
     @property
     def default_db_path(self) -> Path:
@@ -294,19 +290,39 @@ def config_path(env: Mapping[str, str]) -> Path:
     given = env.get("DAYFLOW_CONFIG")
     if given:
         return Path(given).expanduser()
+    return _user_dir("config") / "config.toml"
+
+
+# The XDG base directories platformdirs gives on Linux, without importing it (it costs a few ms of every
+# command's start-up: tempfile, shutil and the compressors come with it); elsewhere platformdirs decides.
+_XDG = {"data": ("XDG_DATA_HOME", ".local/share"), "state": ("XDG_STATE_HOME", ".local/state"),
+        "config": ("XDG_CONFIG_HOME", ".config")}
+
+
+def _user_dir(kind: str) -> Path:
+    if sys.platform.startswith("linux"):
+        variable, under_home = _XDG[kind]
+        base = os.environ.get(variable, "").strip()
+        return Path(base if base else Path.home() / under_home) / "dayflow"
     import platformdirs
 
-    return Path(platformdirs.user_config_dir("dayflow", appauthor=False)) / "config.toml"
+    return Path(getattr(platformdirs, f"user_{kind}_dir")("dayflow", appauthor=False))
 
 
 def _read_config(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        fh = open(path, "rb")
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
         raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
+    import tomllib  # only when there is a file: most commands have none, and this import is not free
+
+    with fh:
+        try:
+            data = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict) and key in _TABLES:

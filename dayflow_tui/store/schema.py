@@ -204,7 +204,9 @@ def migrate(store: "StoreHandle", *, create: bool = True, upgrade: bool = True) 
     if version == 0 and not create:
         # Asked only to read (show, resume, runs, tasks on a named database): never create tables in it.
         raise StoreError(f"{store.label}: no Dayflow tables in this {dialect.container} yet (nothing to read)")
-    if not upgrade:
+    if not upgrade and version != 0:
+        # An empty database that may be created (the default file a first command makes) is made, not
+        # "upgraded": only a database holding an older schema is left for `dayflow migrate`.
         raise StoreError(f"{store.label}: written by an older Dayflow (schema {version}; this one uses "
                          f"{SCHEMA_VERSION}); upgrade it once with: dayflow migrate --db {store.label}")
     with store.write_transaction():
