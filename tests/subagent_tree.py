@@ -42,6 +42,8 @@ def publish(text: str) -> dict:
 
 
 publisher = Agent(name="publisher", system="Publish what you are given.", tools=(publish,))
+planner = Agent(name="planner", system="Plan with both helpers at once.",
+                tools=(tool_from_agent(researcher), tool_from_agent(checker)), task="Plan a day in Lisbon.")
 editor = Agent(name="editor", system="Edit, then have it published.", tools=(tool_from_agent(publisher),),
                task="Publish the Lisbon note.")
 '''
@@ -84,6 +86,13 @@ def tree_script(handler, body):
     system = _system(body)
     turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
     task = json.dumps(body["messages"][0]["content"])
+    if "Plan with both helpers at once" in system:  # one reply, two subagent calls
+        if turns == 0:
+            return message_reply([
+                {"type": "tool_use", "id": "toolu_plan_r", "name": "researcher", "input": {"task": "Weather?"}},
+                {"type": "tool_use", "id": "toolu_plan_c", "name": "checker", "input": {"task": "Museums open?"}},
+            ], "tool_use")(handler, body)
+        return message_reply([{"type": "text", "text": "Go: dry, museums open."}])(handler, body)
     if "Edit, then have it published" in system:  # the editor: its publisher's call waits for a person
         if turns == 0:
             return _call("toolu_publish01", "publisher", "Publish: Lisbon is dry")(handler, body)
@@ -108,7 +117,7 @@ def tree_script(handler, body):
     return message_reply([{"type": "text", "text": "Checked: dry."}])(handler, body)  # the grandchild
 
 
-def drive_tree(store, directory: Path, api, *, run_id: str = PARENT_ID, at=None):
+def drive_tree(store, directory: Path, api, *, run_id: str = PARENT_ID, at=None, name: str = "agent"):
     """Drive the writer and its subagents in this process (``api``: a ``LoopbackAPI`` whose env is set),
     at a pinned clock when ``at`` is given. Returns the parent's run id."""
     import contextlib
@@ -118,7 +127,7 @@ def drive_tree(store, directory: Path, api, *, run_id: str = PARENT_ID, at=None)
     from dayflow_tui.tui import demo_data
 
     api.planned = {n: tree_script for n in range(1, 50)}
-    ref = write_agent(directory)
+    ref = write_agent(directory, name)
     agent = load_agent(ref)
     with demo_data.clock_at(at) if at is not None else contextlib.nullcontext():
         runs.run_brief(store, agent=agent, agent_ref=ref, model=MODEL, run_id=run_id)

@@ -97,3 +97,30 @@ async def test_z_folds_a_tree_and_the_parent_row_shows_its_dollars_and_worst_sta
         assert [run.id for run in table.rows] == ids
         line = next(text for text in screen_text(pilot.app).splitlines() if PARENT_ID in text)
         assert f"▾ +3 Σ{cost_text(roll_up(tree).total)} · ✖ failed below" in line and "✔ done" in line
+
+
+async def test_enter_on_a_step_that_started_two_children_asks_which_one(store, api, tmp_path):
+    from dayflow_tui.tui.screens.subagent_choice import SubagentChoice
+
+    drive_tree(store, tmp_path, api, name="planner")
+    by_call = read_tree(store, PARENT_ID).child_for_call()  # (children run side by side may start in any order)
+    researcher, checker = by_call["toolu_plan_r"], by_call["toolu_plan_c"]
+    async with DayflowApp(store).run_test(size=SIZE) as pilot:
+        parent = await open_run(pilot, PARENT_ID)
+        await settle(pilot)
+        parent.query_one("#steps", OptionList).highlighted = 0
+        await settle(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, SubagentChoice))
+        shown = screen_text(pilot.app)
+        assert researcher.run.id in shown and checker.run.id in shown
+        await pilot.press("escape")  # nothing chosen: back where it was
+        await wait_for(pilot, lambda: pilot.app.screen is parent)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, SubagentChoice))
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, TranscriptScreen)
+                       and pilot.app.screen is not parent and pilot.app.screen.run is not None)
+        assert pilot.app.screen.run.id == checker.run.id
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: pilot.app.screen is parent)
