@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
+    common.add_argument("--schema", type=values.argument(values.identifier), metavar="NAME",
+                        help="PostgreSQL: the schema Dayflow's tables are in, set in every transaction (works "
+                        "behind PgBouncer in transaction pooling; default: $DAYFLOW_SCHEMA, the schema setting)")
 
     logs = _Parser(add_help=False)
     logs.add_argument("--log-format", type=values.argument(values.one_of, choices=LOG_FORMATS), metavar="text|json",

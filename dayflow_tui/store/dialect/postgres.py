@@ -103,10 +103,35 @@ class _DayflowPostgres(PostgresqlDatabase):
 
     idle_in_transaction_timeout = "60s"
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, schema: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         # Each thread's open connection, so the deadline watchdog (another thread) can cut a stalled one.
         self.thread_connections: dict[int, Any] = {}
+        # The schema setting: every transaction begins with SET LOCAL search_path (see begin).
+        self.schema = schema
+        self._set_schema = f'; SET LOCAL search_path TO "{schema}"' if schema else ""
+
+    def begin(self, isolation_level=None):
+        # As Peewee's BEGIN, with the schema set in the same round trip: a transaction-pooling PgBouncer hands
+        # each transaction to any server session, so the schema must be set inside the transaction itself
+        # (a session's SET, or the URL's options, would land on one server session and not follow).
+        if not self._set_schema:
+            return super().begin(isolation_level)
+        level = self._adapter.isolation_level_str(isolation_level or self._isolation_level or "READ COMMITTED")
+        with peewee.__exception_wrapper__:
+            self.cursor().execute(f"BEGIN TRANSACTION ISOLATION LEVEL {level}{self._set_schema}")
+
+    def execute_sql(self, sql, params=None):
+        # With a schema, a statement outside a transaction gets one of its own (BEGIN; SET LOCAL; it; COMMIT):
+        # alone, it would run on whatever search_path the pooled server session has.
+        if not self._set_schema or self.transaction_depth() > 0:
+            return super().execute_sql(sql, params)
+        with self.atomic():
+            return super().execute_sql(sql, params)
+
+    def execute_outside_transaction(self, sql: str) -> None:
+        """A statement that cannot run in a transaction block (VACUUM): its names are schema-qualified."""
+        super().execute_sql(sql)
 
     def _connect(self):
         # As Peewee's, but a connection opened inside a store call's try waits no longer than the try has
@@ -121,6 +146,10 @@ class _DayflowPostgres(PostgresqlDatabase):
         if self._isolation_level:
             conn.set_isolation_level(self._isolation_level)
         conn.autocommit = True
+        if self._set_schema:
+            # A pooler in transaction mode (PgBouncer before 1.21) cannot keep a server-side prepared statement
+            # between transactions: psycopg's automatic ones (the 5th run of a statement) would fail there.
+            conn.prepare_threshold = None
         return conn
 
     def _initialize_connection(self, conn) -> None:
@@ -145,12 +174,15 @@ class PostgresDialect(Dialect):
     name = "postgres"
     title = "PostgreSQL"
     container = "database"
-    foreign_tables_hint = " (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
+    foreign_tables_hint = " (give Dayflow its own schema: the schema setting, DAYFLOW_SCHEMA=dayflow)"
     vacuum_shrinks_files = False
 
     def __init__(self, url: str):
+        from ...config import settings
+
         self.url = url
         self.label = safe_url(url)
+        self.schema = settings.current().schema
 
     def connect(self) -> peewee.Database:
         try:
@@ -168,7 +200,8 @@ class PostgresDialect(Dialect):
         # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
         # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
         # READ COMMITTED, so that is pinned whatever the server's default.
-        return _DayflowPostgres(self.url, prefer_psycopg3=True, isolation_level="READ COMMITTED", **extra)
+        return _DayflowPostgres(self.url, prefer_psycopg3=True, isolation_level="READ COMMITTED", schema=self.schema,
+                                **extra)
 
     @property
     def short_label(self) -> str:
@@ -321,7 +354,9 @@ class PostgresDialect(Dialect):
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def _vacuum_analyze(store: "StoreHandle", tables: Sequence[str]) -> None:
-    store.db.execute_sql(f"VACUUM (ANALYZE) {_table_list(tables)}")
+    schema = store.db.schema
+    names = _table_list(tables) if not schema else ", ".join(f'"{schema}"."{t}"' for t in tables)
+    store.db.execute_outside_transaction(f"VACUUM (ANALYZE) {names}")
 
 
 def _table_list(tables: Sequence[str]) -> str:
