@@ -120,6 +120,11 @@ class Store:
         """Cheap value that changes whenever another connection commits (``tables.database``)."""
         return database.change_marker(self)
 
+    def schema_version(self) -> int:
+        """The database's schema version as it is now: a newer Dayflow may have migrated it since this opened
+        (``SCHEMA_VERSION`` is this code's)."""
+        return database.schema_version(self)
+
     def db_now(self, plus_seconds: float = 0.0) -> str:
         """The database's current time as stored text, ``plus_seconds`` on (``tables.database``)."""
         return database.db_now(self, plus_seconds)

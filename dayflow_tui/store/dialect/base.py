@@ -94,6 +94,11 @@ class Dialect:
     def set_schema_version(self, db: peewee.Database, version: int) -> None:
         raise NotImplementedError
 
+    def schema_version_for_claim(self, db: peewee.Database) -> int:
+        """Inside a claim's write transaction: the schema version, read so that no migration commits between
+        this read and the claim's commit (SQLite's write lock already orders them)."""
+        return self.schema_version(db)
+
     def lock_migrations(self, db: peewee.Database) -> None:
         """Make two first opens of one database take turns (inside the migration's transaction)."""
 

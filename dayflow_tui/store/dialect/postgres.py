@@ -261,6 +261,14 @@ class PostgresDialect(Dialect):
         (StoreMeta.insert(key="schema_version", value=version)
          .on_conflict(conflict_target=[StoreMeta.key], update={StoreMeta.value: version}).execute())
 
+    def schema_version_for_claim(self, db: peewee.Database) -> int:
+        # The migration lock, shared: claims do not wait for each other, a migration waits for the claims in
+        # flight, and a claim after it reads the new version. One round trip.
+        row = db.execute_sql("SELECT pg_advisory_xact_lock_shared(%s, hashtext(current_schema())), "
+                             "(SELECT value FROM dayflow_meta WHERE key = 'schema_version')",
+                             (_MIGRATION_LOCK_CLASS,)).fetchone()
+        return int(row[1] or 0)
+
     def lock_migrations(self, db: peewee.Database) -> None:
         # DDL is transactional here; this lock makes two first opens take turns.
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATION_LOCK_CLASS,))

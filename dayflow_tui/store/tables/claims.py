@@ -16,6 +16,7 @@ from ..leases import (STALE_AFTER_S, Lease, _parse, forget_token, holder, new_to
                       owner_values, still_refused, this_host)
 from ..models import Run
 from ..retry import attempt_number, store_call
+from ..schema import refuse_newer
 from ..status import RunStatus
 from .database import db_now
 from .imported import refuse_imported
@@ -129,6 +130,8 @@ def claim_next_with(store: StoreHandle, token: str, *, stale_after: float) -> Le
     cutoff = clock.iso(_parse(now) - timedelta(seconds=stale_after))
     ready = Run.not_before.is_null() | (Run.not_before <= now)
     with store.write_transaction():
+        # A database a newer Dayflow migrated is not this code's to drive (a rolling upgrade): no claim.
+        refuse_newer(store, store.dialect.schema_version_for_claim(store.db))
         # Interrupted: "running" with no lease, a stale heartbeat, or an owner on this
         # host (whose pid is checked here, since SQL cannot see processes).
         orphans = store.dialect.skip_locked(
