@@ -28,6 +28,7 @@ from ..config import settings
 from ..config.errors import StoreError
 from ..search.query import Query
 from .dialect import Dialect, dialect_for
+from .dialect.base import ChangeFeed
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
@@ -119,6 +120,12 @@ class Store:
     def change_marker(self) -> tuple:
         """Cheap value that changes whenever another connection commits (``tables.database``)."""
         return database.change_marker(self)
+
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        """Word of other connections' commits as they land, where the database pushes it (PostgreSQL: LISTEN on a
+        connection and thread of the feed's own; ``on_change`` runs on that thread); elsewhere a feed that is
+        never ``live``, and the reader polls ``change_marker``. Not started: ``.start()``, then ``.stop()``."""
+        return self.dialect.change_feed(on_change)
 
     def schema_version(self) -> int:
         """The database's schema version as it is now: a newer Dayflow may have migrated it since this opened

@@ -9,7 +9,7 @@ import contextlib
 import math
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 import peewee
@@ -23,7 +23,7 @@ from ..deadline import try_deadline
 from ..models import ChangeCounter, StoreMeta
 from ..retry import store_call, try_time_left
 from ..search.docs import DOCS, WEIGHTS, DocRow, IndexState, allowed_columns
-from .base import Dialect
+from .base import ChangeFeed, Dialect
 from .urls import safe_url
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
+# The NOTIFY channel every write transaction signals on commit (dialect.pg_changes listens).
+CHANGES_CHANNEL = "dayflow_changes"
 # tsvector limits: 256 positions per lexeme, positions up to 16,383, 1 MB in all (kept well under).
 _MAX_POSITIONS = 256
 _MAX_POSITION = 16_383
@@ -190,18 +192,29 @@ class PostgresDialect(Dialect):
         except ImportError:
             raise StoreError(f"{self.label}: PostgreSQL needs the psycopg driver: "
                              "pip install 'dayflow-tui[postgres]'") from None
-        given = {key for key, _value in parse_qsl(urlsplit(self.url).query)}
-        extra: dict[str, Any] = {}
-        if "connect_timeout" not in given:
-            extra["connect_timeout"] = 10
-        if "application_name" not in given:
-            extra["application_name"] = "dayflow"
-        extra.update({key: value for key, value in _keepalives().items() if key not in given})
+        extra = self._connect_options("dayflow")
         # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
         # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
         # READ COMMITTED, so that is pinned whatever the server's default.
         return _DayflowPostgres(self.url, prefer_psycopg3=True, isolation_level="READ COMMITTED", schema=self.schema,
                                 **extra)
+
+    def _connect_options(self, application_name: str) -> dict[str, Any]:
+        """libpq parameters Dayflow adds to the URL's (which win): a connect timeout, a name, keepalives."""
+        given = {key for key, _value in parse_qsl(urlsplit(self.url).query)}
+        extra: dict[str, Any] = {}
+        if "connect_timeout" not in given:
+            extra["connect_timeout"] = 10
+        if "application_name" not in given:
+            extra["application_name"] = application_name
+        extra.update({key: value for key, value in _keepalives().items() if key not in given})
+        return extra
+
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        from .pg_changes import PgChangeFeed
+
+        return PgChangeFeed(self.url, self.schema, self._connect_options("dayflow-listen"), on_change,
+                            label=self.label)
 
     @property
     def short_label(self) -> str:
@@ -215,7 +228,11 @@ class PostgresDialect(Dialect):
         with db.atomic():
             yield
             slot = hash((os.getpid(), threading.get_ident())) % CHANGE_SLOTS
-            ChangeCounter.update(n=ChangeCounter.n + 1).where(ChangeCounter.slot == slot).execute()
+            # The same statement tells listeners (dashboards, show --follow on any host): PostgreSQL delivers
+            # a NOTIFY only when its transaction commits, so a notice means a commit. The payload is the schema:
+            # one database may hold several Dayflows, and the channel is the database's.
+            db.execute_sql(f'UPDATE "{ChangeCounter._meta.table_name}" SET n = n + 1 WHERE slot = %s '
+                           f"RETURNING pg_notify('{CHANGES_CHANNEL}', current_schema())", (slot,))
 
     def change_marker(self, db: peewee.Database) -> tuple:
         # A tiny table read; bumped inside every write transaction, so it moves exactly when one commits.
