@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
     show.add_argument("--no-pager", action="store_true",
                       help="on a terminal, print instead of paging through $PAGER (default: less)")
+    show.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing steps as they commit (from any host) until the run ends; never paged "
+                      "(PostgreSQL pushes each commit with LISTEN/NOTIFY; SQLite is polled twice a second)")
 
     cancel = sub.add_parser("cancel", parents=[common], help="stop a run for good: its call in flight is kept, "
                             "no new call starts, its pending tools do not run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ...config.errors import UsageError
 from ...safe_text import one_line, printable, printable_json
 from ..opening import open_db, open_for_reading
 
@@ -84,14 +85,34 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..pager import paged
 
     store = open_db(args, create=False, upgrade=False)
+    if getattr(args, "follow", False) and (args.raw or args.jsonl):
+        raise UsageError("--follow prints the transcript as text; it cannot be combined with --raw or --jsonl")
     if args.raw or args.jsonl:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
+    if getattr(args, "follow", False):
+        return _follow(store, shown)
     # Written as it is read, a page of steps at a time: a 5,000-step run's first screen does not wait for the rest.
     with paged(not args.no_pager) as console:
         print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), console=console,
                          approvals=list(shown.approvals), status=shown.status, title=shown.title,
                          pages=show_pages(store, shown.run.id))
+    return 0
+
+
+def _follow(store, shown) -> int:
+    """``show --follow``: the transcript, then each step as it commits, until the run ends (Ctrl-C: stop)."""
+    from ...render import print_transcript
+    from ...views.transcript import follow_pages
+
+    feed = store.change_feed().start()
+    try:
+        print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), approvals=list(shown.approvals),
+                         status=shown.status, title=shown.title, pages=follow_pages(store, shown.run, feed))
+    except KeyboardInterrupt:
+        return 130  # the reader stopped following; nothing of the run's changed
+    finally:
+        feed.stop()
     return 0
 
 
