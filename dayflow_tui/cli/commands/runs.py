@@ -84,9 +84,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ...views.transcript import read_show, show_pages
     from ..pager import paged
 
-    store = open_db(args, create=False, upgrade=False)
     if getattr(args, "follow", False) and (args.raw or args.jsonl):
         raise UsageError("--follow prints the transcript as text; it cannot be combined with --raw or --jsonl")
+    store = open_db(args, create=False, upgrade=False)
     if args.raw or args.jsonl:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
