@@ -163,3 +163,30 @@ def test_a_bad_schema_name_is_one_line():
     assert done.returncode == 64
     assert done.stderr.strip().splitlines() == [
         "dayflow: error: DAYFLOW_SCHEMA must be a schema name (letters, digits and _), got '1abc'"]
+
+
+def test_the_change_feed_behind_pgbouncer_is_never_live(bouncer, monkeypatch):
+    """LISTEN runs on a server session PgBouncer then gives to others: the feed's probe, sent on a second
+    connection as other sessions' notices are, never comes back, so it never claims to be live and readers keep
+    polling the change marker."""
+    import time
+
+    url = bouncer.url + "?application_name=dayflow-test-bouncer-feed"
+    with schemas(1) as (schema,):
+        monkeypatch.setenv("DAYFLOW_SCHEMA", schema)
+        store = open_store(url)
+        feed = store.change_feed().start()
+        try:
+            deadline = time.monotonic() + 60
+            seen_live = False
+            while feed.drops < 1:  # its first probe was not heard back, and the feed started over
+                assert time.monotonic() < deadline, "the feed neither went live nor gave up"
+                seen_live |= feed.live
+                store.create_run("a commit it should hear", model="offline")
+                time.sleep(0.2)
+            assert not seen_live and not feed.live
+            assert feed.notices == 0 and feed.connects >= 1
+            assert "did not come back" in feed.last_error
+        finally:
+            feed.stop()
+            store.close()

@@ -5,16 +5,19 @@ write_transaction``), which the server delivers when, and only when, the transac
 dashboard, ``dayflow show --follow``) that holds this feed hears of another host's commit at once instead
 of at its next poll of the change marker.
 
-The connection is the feed's alone (a Peewee thread connection is busy with queries, and LISTEN belongs
-to a session). It is watched: when nothing arrives for ``PROBE_EVERY_S`` the feed notifies itself and
-must hear its own probe back; a connection that errors, or that stays silent past ``PROBE_WAIT_S`` (a
-network blackhole, or a transaction-pooling PgBouncer that hands LISTEN to a server session it then gives
-to someone else), is closed, the feed is not ``live``, and it connects again with back-off (0.5 s doubling
-to 30 s) while the reader polls the change marker as before.
+The connections are the feed's alone (a Peewee thread connection is busy with queries, and LISTEN belongs
+to a session): one LISTENs, a second sends the feed's probes, the way other sessions' notices come. The
+feed is ``live`` once its first probe is heard back, and stays so while probes (sent after
+``PROBE_EVERY_S`` of silence) come back within ``PROBE_WAIT_S``. A connection that
+errors, or a probe that does not come back (a network blackhole; a transaction-pooling PgBouncer, which
+runs the LISTEN on a server session it then gives to someone else), closes both: the feed is not ``live``,
+the reader polls the change marker as before, and the feed connects again with back-off (0.5 s doubling
+to 30 s).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any, Callable
@@ -38,6 +41,7 @@ class PgChangeFeed(ChangeFeed):
         self.on_change = on_change
         self.label = label
         self._connected = False
+        self._verified = False  # its first probe came back: notices from other sessions reach it
         self._probe_sent: float | None = None  # when the unanswered probe went out (None: none is out)
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -45,9 +49,10 @@ class PgChangeFeed(ChangeFeed):
         self._probe = 0
 
     @property
-    def live(self) -> bool:  # read by other threads; true while connected and not waiting long for a probe
+    def live(self) -> bool:
+        """Read by other threads: connected, its first probe heard, and no probe overdue."""
         sent = self._probe_sent
-        return self._connected and (sent is None or time.monotonic() - sent < PROBE_WAIT_S)
+        return self._connected and self._verified and (sent is None or time.monotonic() - sent < PROBE_WAIT_S)
 
     def start(self) -> "PgChangeFeed":
         if self._thread is None:
@@ -81,41 +86,49 @@ class PgChangeFeed(ChangeFeed):
                 self.last_error = redact_and_cut(f"{type(exc).__name__}: {exc}", 200)
             self._probe_sent = None
             if self._connected:
-                self._connected = False
+                was_live = self._verified
+                self._connected = self._verified = False
                 self.drops += 1
-                self._wake()  # the reader goes back to polling now, and reads what it may have missed
+                if was_live:
+                    delays = backoff_delays(0.5, 30.0)  # it worked until now: the first retry comes soon
+                    self._wake()  # the reader goes back to polling now, and reads what it may have missed
             self._stop.wait(next(delays))
 
     def _listen(self) -> None:
         import psycopg
-        from psycopg import sql
 
-        with psycopg.connect(self.url, autocommit=True, **self.options) as conn:
-            if self.schema:
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-            mine = conn.execute("SELECT current_schema()").fetchone()[0]
-            from .postgres import CHANGES_CHANNEL
+        from .postgres import CHANGES_CHANNEL
 
+        with contextlib.ExitStack() as held:
+            conn = held.enter_context(psycopg.connect(self.url, autocommit=True, **self.options))
+            # The schema setting is the payload writers send; else the schema the URL's search_path picks.
+            mine = self.schema or conn.execute("SELECT current_schema()").fetchone()[0]
             conn.execute(f"LISTEN {CHANGES_CHANNEL}")
+            # Probes go out on a second connection, the way other sessions' notices come: a listener that
+            # hears only what it sends itself (a transaction pooler) is not live.
+            prober = held.enter_context(psycopg.connect(self.url, autocommit=True, **self.options))
             self.connects += 1
             self._connected = True
-            self._wake()  # commits made while it was away: the reader reads once
-            heard = time.monotonic()
             probe: str | None = None
+            heard = 0.0  # the first probe goes out at once: the feed is live once it is heard back
             while not self._stop.is_set():
-                for notice in conn.notifies(timeout=_TICK_S):
-                    heard = time.monotonic()
-                    if notice.payload == probe:
-                        probe, self._probe_sent = None, None
-                    elif notice.payload == mine:
-                        self.notices += 1
-                        self._wake()
                 now = time.monotonic()
-                if probe is not None and not self.live:
-                    raise TimeoutError(f"its own NOTIFY did not come back within {PROBE_WAIT_S:.0f} s")
                 if probe is None and now - heard > PROBE_EVERY_S:
                     self._probe += 1
                     probe = f"probe {id(self):x} {self._probe}"
                     self._probe_sent = now  # live turns False if it is not heard back in time, even while this
                     # statement hangs in a blackhole (until tcp_user_timeout ends it)
-                    conn.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, probe))
+                    prober.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, probe))
+                for notice in conn.notifies(timeout=_TICK_S):
+                    heard = time.monotonic()
+                    if notice.payload == probe:
+                        probe, self._probe_sent = None, None
+                        if not self._verified:
+                            self._verified = True
+                            self._wake()  # live now; commits made while it was away: the reader reads once
+                    elif notice.payload == mine:
+                        self.notices += 1
+                        self._wake()
+                if probe is not None and time.monotonic() - self._probe_sent > PROBE_WAIT_S:
+                    raise TimeoutError(f"its own NOTIFY, sent on another connection, did not come back within "
+                                       f"{PROBE_WAIT_S:.0f} s")
