@@ -32,7 +32,7 @@ from .dialect.base import ChangeFeed
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
-from .schema import migrate
+from .schema import SCHEMA_VERSION, migrate
 from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
@@ -62,6 +62,8 @@ class Store:
         # Where a migration reports while ``open_store`` runs it (search.backfill); None: nobody listens.
         self.migration_progress: OnProgress | None = None
         self.migration_note: OnNote | None = None
+        # The newest schema this code knows (a claim on a database migrated past it takes nothing).
+        self.known_schema = SCHEMA_VERSION
         # Code outside any store method (tests reading rows) falls back to the newest store.
         database_proxy.initialize(self.db)
 

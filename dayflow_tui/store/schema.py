@@ -196,12 +196,6 @@ def _seed_sample_tasks() -> None:
                     created_at=now).on_conflict_ignore().execute()
 
 
-def refuse_newer(store: "StoreHandle", version: int) -> None:
-    """``SchemaAhead`` when the database's schema (read by the caller) is past this code's."""
-    if version > SCHEMA_VERSION:
-        raise SchemaAhead(store.label, version, SCHEMA_VERSION)
-
-
 def migrate(store: "StoreHandle", *, create: bool = True, upgrade: bool = True) -> None:
     """Bring the database to ``SCHEMA_VERSION``.
 

@@ -25,6 +25,8 @@ from typing import Any, Callable
 from ..retry import backoff_delays
 from .base import ChangeFeed
 
+# The channel every write transaction notifies on commit (``PostgresDialect.write_transaction``).
+CHANGES_CHANNEL = "dayflow_changes"
 PROBE_EVERY_S = 5.0
 PROBE_WAIT_S = 3.0
 # How long one wait for a notice lasts before the thread looks at its stop flag and its probe.
@@ -96,8 +98,6 @@ class PgChangeFeed(ChangeFeed):
 
     def _listen(self) -> None:
         import psycopg
-
-        from .postgres import CHANGES_CHANNEL
 
         with contextlib.ExitStack() as held:
             conn = held.enter_context(psycopg.connect(self.url, autocommit=True, **self.options))

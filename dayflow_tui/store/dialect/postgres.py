@@ -24,6 +24,7 @@ from ..models import ChangeCounter, StoreMeta
 from ..retry import store_call, try_time_left
 from ..search.docs import DOCS, WEIGHTS, DocRow, IndexState, allowed_columns
 from .base import ChangeFeed, Dialect
+from .pg_changes import CHANGES_CHANNEL, PgChangeFeed
 from .urls import safe_url
 
 if TYPE_CHECKING:
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
 
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
-# The NOTIFY channel every write transaction signals on commit (dialect.pg_changes listens).
-CHANGES_CHANNEL = "dayflow_changes"
+
 # tsvector limits: 256 positions per lexeme, positions up to 16,383, 1 MB in all (kept well under).
 _MAX_POSITIONS = 256
 _MAX_POSITION = 16_383
@@ -234,8 +234,6 @@ class PostgresDialect(Dialect):
         return extra
 
     def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
-        from .pg_changes import PgChangeFeed
-
         return PgChangeFeed(self.url, self.schema, self._connect_options("dayflow-listen"), on_change,
                             label=self.label)
 
