@@ -4,7 +4,7 @@ Every kind is here, so what ``dayflow`` exits with can be read in one place (any
 internal error, exit 70); the modules that raise them import them from here. By exit code:
 
 - 1: ``DayflowError`` (the default), ``AgentNotFound``, ``AgentChanged``
-- 2: ``StoreError``, ``HistoryError``
+- 2: ``StoreError``, ``HistoryError``, ``SchemaAhead`` (``dayflow worker`` exits 78, ``EX_CONFIG``, for it)
 - 3: ``RunNotFound``
 - 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``, ``ReadOnlyRun``
 - 5: ``ModelCallFailed``
