@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from ..conftest import dayflow_cmd
 from ..loopback_api import LoopbackAPI
 from ..worker_process import WorkerProcess
@@ -45,3 +47,39 @@ def test_follow_with_raw_is_one_line_and_64(db_target):
     done = subprocess.run(dayflow_cmd("show", "--follow", "--raw", queued.stdout.strip(), "--db", db_target),
                           capture_output=True, text=True, env=os.environ, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 64 and done.stderr.count("\n") == 1 and "--follow" in done.stderr
+
+
+def test_follow_on_postgres_is_woken_by_the_feed_alone(store, db_target, backend, monkeypatch):
+    """With the safety poll made hourly while the feed is live, only LISTEN/NOTIFY can bring the steps a worker
+    process commits: the follow reads them all and ends with the run."""
+    import threading
+    import time
+
+    from dayflow_tui.views import transcript
+
+    if backend == "sqlite":
+        pytest.skip("SQLite pushes nothing: show --follow polls its marker (the test above)")
+    monkeypatch.setattr(transcript, "FOLLOW_SAFETY_POLL_S", 3600.0)
+    run = store.create_run("follow me", model="offline", status="queued")
+    feed = store.change_feed().start()
+    try:
+        deadline = time.monotonic() + 30
+        while not feed.live:
+            assert time.monotonic() < deadline, "the feed did not go live"
+            time.sleep(0.02)
+        pages: list[list] = []
+        follower = threading.Thread(target=lambda: pages.extend(transcript.follow_pages(store, run, feed)),
+                                    daemon=True)
+        follower.start()
+        worker = subprocess.run(dayflow_cmd("worker", "--once", "--db", db_target), capture_output=True, text=True,
+                                env={**os.environ, "DAYFLOW_OFFLINE_DELAY": "0.2"}, timeout=120,
+                                stdin=subprocess.DEVNULL)
+        assert worker.returncode == 0, worker.stderr
+        follower.join(timeout=60)
+        assert not follower.is_alive(), "the follow did not hear the run end"
+        steps = [step.n for page in pages for step in page]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
+        assert run.status == "done" and run.final_text
+        assert feed.notices >= len(steps)
+    finally:
+        feed.stop()
