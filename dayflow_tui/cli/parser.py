@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
+    common.add_argument("--schema", type=values.argument(values.identifier), metavar="NAME",
+                        help="PostgreSQL: the schema Dayflow's tables are in, set in every transaction (works "
+                        "behind PgBouncer in transaction pooling; default: $DAYFLOW_SCHEMA, the schema setting)")
 
     logs = _Parser(add_help=False)
     logs.add_argument("--log-format", type=values.argument(values.one_of, choices=LOG_FORMATS), metavar="text|json",
@@ -194,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "(each child under the call that started it) with the rolled-up cost, and every step")
     show.add_argument("--no-pager", action="store_true",
                       help="on a terminal, print instead of paging through $PAGER (default: less)")
+    show.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing steps as they commit (from any host) until the run ends; never paged "
+                      "(PostgreSQL pushes each commit with LISTEN/NOTIFY; SQLite is polled twice a second)")
 
     cancel = sub.add_parser("cancel", parents=[common], help="stop a run for good: its call in flight is kept, "
                             "no new call starts, its pending tools do not run")

@@ -119,6 +119,10 @@ class Settings:
     pg_keepalives_interval_s: int = 10
     pg_keepalives_count: int = 3
     pg_tcp_user_timeout_s: int = 60
+    # PostgreSQL: the schema Dayflow's tables live in, set at the start of every transaction (SET LOCAL
+    # search_path), so it holds behind PgBouncer in transaction pooling, which drops a URL's
+    # options=-csearch_path. None: the server's search_path (the URL's options, else public).
+    schema: str | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -279,6 +283,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                                  "a whole number of seconds, at most 3600"),
     "pg_keepalives_count": ("DAYFLOW_PG_KEEPALIVES_COUNT", lambda raw: values.whole(raw, most=100),
                             "a number of probes, at most 100"),
+    "schema": ("DAYFLOW_SCHEMA", values.identifier, "a schema name (letters, digits and _)"),
     "pg_tcp_user_timeout_s": ("DAYFLOW_PG_TCP_USER_TIMEOUT", lambda raw: values.whole(raw, most=values.DAY_S),
                               "a whole number of seconds (0: the OS default)"),
 }

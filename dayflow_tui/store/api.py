@@ -28,10 +28,11 @@ from ..config import settings
 from ..config.errors import StoreError
 from ..search.query import Query
 from .dialect import Dialect, dialect_for
+from .dialect.base import ChangeFeed
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
-from .schema import migrate
+from .schema import SCHEMA_VERSION, migrate
 from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
@@ -61,6 +62,8 @@ class Store:
         # Where a migration reports while ``open_store`` runs it (search.backfill); None: nobody listens.
         self.migration_progress: OnProgress | None = None
         self.migration_note: OnNote | None = None
+        # The newest schema this code knows (a claim on a database migrated past it takes nothing).
+        self.known_schema = SCHEMA_VERSION
         # Code outside any store method (tests reading rows) falls back to the newest store.
         database_proxy.initialize(self.db)
 
@@ -119,6 +122,17 @@ class Store:
     def change_marker(self) -> tuple:
         """Cheap value that changes whenever another connection commits (``tables.database``)."""
         return database.change_marker(self)
+
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        """Word of other connections' commits as they land, where the database pushes it (PostgreSQL: LISTEN on a
+        connection and thread of the feed's own; ``on_change`` runs on that thread); elsewhere a feed that is
+        never ``live``, and the reader polls ``change_marker``. Not started: ``.start()``, then ``.stop()``."""
+        return self.dialect.change_feed(on_change)
+
+    def schema_version(self) -> int:
+        """The database's schema version as it is now: a newer Dayflow may have migrated it since this opened
+        (``SCHEMA_VERSION`` is this code's)."""
+        return database.schema_version(self)
 
     def db_now(self, plus_seconds: float = 0.0) -> str:
         """The database's current time as stored text, ``plus_seconds`` on (``tables.database``)."""

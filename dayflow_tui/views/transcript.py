@@ -113,3 +113,43 @@ def show_pages(store, run_id: str) -> Iterator[list]:
         if len(page) < size:
             return
         from_n, size = page[-1].n + 1, PAGE
+
+
+# ``show --follow``: how often the change marker is polled while nothing pushes commits (SQLite, or a
+# PostgreSQL change feed that is down), and how often as a safety net while the feed is live.
+FOLLOW_POLL_S = 0.5
+FOLLOW_SAFETY_POLL_S = 5.0
+
+
+def follow_pages(store, run: Run, feed) -> Iterator[list]:
+    """``dayflow show --follow``: the run's steps, then each new one as it commits, until the run has ended.
+
+    A step that asked for tools is given once its results are stored (or the run ended without them), so it
+    is printed whole. ``feed`` (``store.change_feed``, started) wakes the wait at once where the database
+    pushes commits; the change marker is read either way, so a feed that is down costs only promptness.
+    When the run has ended, ``run`` (the row the header was printed from) takes its final text, error
+    and status, for the transcript's ending.
+    """
+    from ..store.status import ENDED
+
+    last = 0
+    while True:
+        marker = store.change_marker()
+        current = store.get_run(run.id)
+        ended = current.status in ENDED
+        fresh = store.steps(run.id, from_n=last + 1, limit=PAGE)
+        ready = []
+        for step in fresh:
+            if step.tool_results is None and step.stop_reason == "tool_use" and not ended:
+                break  # its tools run now: printed with their results
+            ready.append(step)
+        if ready:
+            last = ready[-1].n
+            yield ready
+        if len(fresh) == PAGE and len(ready) == PAGE:
+            continue  # more stored than one page: read on before waiting
+        if ended and len(ready) == len(fresh):
+            run.final_text, run.error, run.status = current.final_text, current.error, current.status
+            return
+        while store.change_marker() == marker:
+            feed.wait(FOLLOW_SAFETY_POLL_S if feed.live else FOLLOW_POLL_S)

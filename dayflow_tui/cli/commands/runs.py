@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ...config.errors import UsageError
 from ...safe_text import one_line, printable, printable_json
 from ..opening import open_db, open_for_reading
 
@@ -89,12 +90,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ...views.transcript import read_show, show_pages
     from ..pager import paged
 
+    if getattr(args, "follow", False) and (args.raw or args.jsonl):
+        raise UsageError("--follow prints the transcript as text; it cannot be combined with --raw or --jsonl")
     store = open_db(args, create=False, upgrade=False)
     if args.raw or args.jsonl:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
     if args.json:
         return _show_document(store, shown)
+    if getattr(args, "follow", False):
+        return _follow(store, shown)
     # Written as it is read, a page of steps at a time: a 5,000-step run's first screen does not wait for the rest.
     with paged(not args.no_pager) as console:
         print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), console=console,
@@ -147,6 +152,23 @@ def _child_json(node) -> dict:
     from ...views.run_tree import tree_json
 
     return {key: value for key, value in tree_json(node).items() if key != "children"}
+
+
+def _follow(store, shown) -> int:
+    """``show --follow``: the transcript, then each step as it commits, until the run ends (Ctrl-C: stop)."""
+    from ...render import print_transcript
+    from ...views.transcript import follow_pages
+
+    feed = store.change_feed().start()
+    try:
+        print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), approvals=list(shown.approvals),
+                         status=shown.status, title=shown.title, pages=follow_pages(store, shown.run, feed),
+                         tree=_tree_words(shown.tree))
+    except KeyboardInterrupt:
+        return 130  # the reader stopped following; nothing of the run's changed
+    finally:
+        feed.stop()
+    return 0
 
 
 def _show_json(store, run, *, lines: bool) -> int:

@@ -7,6 +7,8 @@ our worker or another process) are appended as they commit.
 
 from __future__ import annotations
 
+import time
+
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -121,7 +123,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "$text-muted"))
         self._load()
         self.query_one("#steps", OptionList).focus()
-        self.set_interval(POLL_EVERY_S, self.poll)
+        self.set_interval(POLL_EVERY_S, self._poll_tick)
 
     # -- data (read on the app's reader thread, applied here) ---------------
 
@@ -323,8 +325,16 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.chart_dollars = not self.chart_dollars
         self._draw_step_list()
 
+    _polled_at = 0.0
+
+    def _poll_tick(self) -> None:
+        due = getattr(self.app, "poll_due", None)  # while the database pushes commits, a rare safety net
+        if due is None or due(self._polled_at):
+            self.poll()
+
     def poll(self) -> None:
         """Live tick: another process (or our worker) may have committed steps (the reader checks)."""
+        self._polled_at = time.monotonic()
         if self.run is not None and not self.app.reader.pending(self._read_key):
             self._load(if_changed=True)
 
