@@ -387,11 +387,14 @@ def test_spans_in_any_order_across_requests_make_one_run_in_time_order(store):
     chat2 = span("e", "a", "chat m1", 5, 6, **{"gen_ai.usage.input_tokens": 9})
     chat3 = span("f", "a", "chat m1", 7, 8, **{"gen_ai.usage.input_tokens": 11})
     collector = Collector(store, hold_s=60)
-    assert collector.take([tool, chat2]).runs == []  # held: no agent span yet
-    assert collector.held() == 2
-    taken = collector.take([running, chat1, agent])
-    assert taken.new_runs == 1 and taken.steps == 2 and collector.held() == 0
+    first = collector.take([tool, chat2])  # no agent span yet: the run is there, running, its step not yet
+    assert (first.new_runs, first.steps) == (1, 0)  # chat2 (usage only) may still be followed by its tools
     (run,) = store.list_runs(source="otel")
+    assert (run.status, run.step_count, run.agent) == ("running", 0, "otel")
+    taken = collector.take([running, chat1, agent])
+    assert taken.new_runs == 0 and taken.steps == 2 and collector.held() == 0
+    (run,) = store.list_runs(source="otel")
+    assert (run.status, run.agent) == ("done", "planner")
     steps = store.steps(run.id)
     assert [s.input_tokens for s in steps] == [5, 9]  # time order, not arrival order
     assert json.loads(steps[0].tool_results) == [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
