@@ -48,6 +48,7 @@ NO_CONTENT = "[no content: the sender did not capture the messages; usage only]"
 CHAT_OPERATIONS = ("chat", "text_completion", "generate_content")
 MAX_DEPTH = 64  # parent chains followed this far (a hostile cycle ends here)
 MAX_TOKENS = 2**31 - 1  # a step's token counts fit the steps table's integer columns on every backend
+SETTLE_S = 30.0  # a chat span waits at most this long for its tool spans before it is stored as it stands
 MAX_HELD = 200_000  # spans held in memory at most; past it the oldest traces are let go
 
 
@@ -243,7 +244,8 @@ class Trace:
     spans: dict[str, Span] = field(default_factory=dict)
     last_seen: float = 0.0
     anchors: set[str] = field(default_factory=set)  # span ids this receiver made runs for (agents, or guessed)
-    ended: set[str] = field(default_factory=set)  # agent span ids whose run was ended here
+    arrived: dict[str, float] = field(default_factory=dict)  # span id -> when it first came (the clock's time)
+    pending: bool = False  # a chat span is waiting to be stored
     parents: set[str] = field(default_factory=set)  # agent span ids whose run's parent was written here
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -328,13 +330,32 @@ class Assembler:
         return attach(chats, tools)
 
 
+def _named_calls(chat: Span) -> set[str] | None:
+    """The tool call ids a chat's reply names; None when the sender did not capture its content."""
+    blocks = _assistant_blocks(chat)
+    if blocks is None:
+        return None
+    return {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+
+
 def attach(chats: list[Span], tools: list[tuple[Span, str | None]]) -> list[tuple[Span, list[Span]]]:
-    """Chats in start order, each with its tools: the chat above a tool, else the last chat started before it."""
+    """Chats in start order, each with its tools.
+
+    A tool goes to the chat above it; else to the chat whose reply names its call id; else to the last chat
+    started before it, unless that chat's reply is known and does not name the tool's (sent) call id: then
+    the tool's own chat has not come yet and the tool waits.
+    """
     order = sorted(chats, key=lambda c: (c.start_ns, c.end_ns, c.span_id))
+    named = {c.span_id: _named_calls(c) for c in order}
+    naming = {call: chat_id for chat_id, calls in named.items() for call in calls or ()}
     by_chat: dict[str, list[Span]] = {c.span_id: [] for c in order}
     for tool, via_chat in sorted(tools, key=lambda item: (item[0].start_ns, item[0].span_id)):
         if via_chat in by_chat:
             by_chat[via_chat].append(tool)
+            continue
+        sent_id = tool.attributes.get("gen_ai.tool.call.id")
+        if sent_id and _str(sent_id) in naming:
+            by_chat[naming[_str(sent_id)]].append(tool)
             continue
         if not order:
             continue
@@ -342,32 +363,32 @@ def attach(chats: list[Span], tools: list[tuple[Span, str | None]]) -> list[tupl
         for chat in order:
             if chat.start_ns <= tool.start_ns:
                 home = chat
+        if sent_id and named[home.span_id] is not None:
+            continue  # the reply there does not name this call: its chat is still to come
         by_chat[home.span_id].append(tool)
     return [(c, by_chat[c.span_id]) for c in order]
 
 
-def _assistant_turns(messages: list | None) -> int:
-    return sum(1 for m in messages or [] if isinstance(m, dict) and m.get("role") == "assistant")
+def settled(chat: Span, tools: list[Span], *, later: bool, agent_seen: bool, waited: bool) -> bool:
+    """May this chat be stored as a step now (is nothing it needs still to come)?
 
-
-def settled(chat: Span, tools: list[Span], earlier: int, later: bool) -> bool:
-    """May this chat be stored as a step before its agent's span comes (nothing it needs can arrive later)?
-
-    With content: every tool call its reply names has its ``execute_tool`` span, and as many chats of the
-    agent started before it as its input messages hold assistant turns (none missing in between). Without
-    content: its finish reason says no tool was called, or a later chat of the agent has come (its tools ran
-    before that chat started; an SDK sends spans in the order they end).
+    With content: every tool call its reply names has its ``execute_tool`` span (by call id; tools sent
+    without call ids: as many as it names, once a later chat came). Without content: its finish reason says
+    no tool was called, or a later chat of its agent came (its tools ran before that chat started, and an SDK
+    sends spans in the order they end), or its agent's span came. Either way: once it has waited
+    ``settle_s`` since it arrived, it is stored as it stands (a tool span that never comes, such as a
+    handoff's, holds nothing up for good).
     """
+    if waited:
+        return True
     blocks = _assistant_blocks(chat)
     if blocks is None:
         reason = _finish_reason(chat)
-        return later or (reason is not None and reason not in TOOL_CALL_REASONS)
+        return later or agent_seen or (reason is not None and reason not in TOOL_CALL_REASONS)
     calls = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
     have = {_tool_call_id(t) for t in tools}
-    if not calls <= have and not (later and len(tools) >= len(calls)):
-        return False
-    history = _content_attr(chat, "gen_ai.input.messages")
-    return history is None or earlier >= _assistant_turns(history)
+    unmatched = not any(t.attributes.get("gen_ai.tool.call.id") for t in tools)  # tools sent without call ids
+    return calls <= have or (later and unmatched and len(tools) >= len(calls))
 
 
 def step_of(chat: Span, tools: list[Span]) -> ImportedStep:
@@ -473,9 +494,11 @@ class Collector:
     database (or a retry) from writing anything twice.
     """
 
-    def __init__(self, store: Any, *, hold_s: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, store: Any, *, hold_s: float, settle_s: float = SETTLE_S,
+                 clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.hold_s = hold_s
+        self.settle_s = settle_s
         self.clock = clock
         self.traces: dict[str, Trace] = {}
         self.lock = threading.Lock()  # the ``traces`` dict itself
@@ -501,6 +524,7 @@ class Collector:
             with trace.lock:
                 for span in mine:
                     trace.spans[span.span_id] = span  # the same span again (a retry): one entry
+                    trace.arrived.setdefault(span.span_id, now)
                 self._write(trace_id, trace, taken)
         with self.lock:
             for trace_id in [t for t, trace in self.traces.items() if now - trace.last_seen > self.hold_s]:
@@ -514,7 +538,21 @@ class Collector:
                 taken.dropped += 1
         return taken
 
-    def _write(self, trace_id: str, trace: Trace, taken: Taken) -> None:
+    def sweep(self, *, force: bool = False) -> Taken:
+        """Store the chats that waited ``settle_s`` (all of them, ``force``: the receiver is stopping)."""
+        taken = Taken()
+        now = self.clock()
+        with self.lock:
+            waiting = [(t, trace) for t, trace in self.traces.items() if trace.pending]
+        for trace_id, trace in waiting:
+            with trace.lock:
+                oldest = min(trace.arrived.values(), default=now)
+                if trace.pending and (force or now - oldest >= self.settle_s):
+                    self._write(trace_id, trace, taken, force=force)
+        return taken
+
+    def _write(self, trace_id: str, trace: Trace, taken: Taken, force: bool = False) -> None:
+        trace.pending = False
         assembler = Assembler(trace.spans, trace.anchors)
         grouped = assembler.grouped()
         owners = {a.span_id for a in assembler.agents()} | set(grouped)
@@ -525,7 +563,7 @@ class Collector:
         grouped = assembler.grouped()
         # Parents before children: a child run's parent row exists when it is written.
         for agent_id in sorted(owners, key=lambda o: (self._depth(assembler, o), o)):
-            self._write_run(trace_id, trace, assembler, agent_id, grouped.get(agent_id, ([], [])), taken)
+            self._write_run(trace_id, trace, assembler, agent_id, grouped.get(agent_id, ([], [])), taken, force)
 
     @staticmethod
     def _depth(assembler: Assembler, agent_id: str) -> int:
@@ -538,7 +576,7 @@ class Collector:
         return depth
 
     def _write_run(self, trace_id: str, trace: Trace, assembler: Assembler, agent_id: str,
-                   group: tuple[list[Span], list[tuple[Span, str | None]]], taken: Taken) -> None:
+                   group: tuple[list[Span], list[tuple[Span, str | None]]], taken: Taken, force: bool) -> None:
         agent = trace.spans.get(agent_id)
         if agent is not None and operation(agent) != "invoke_agent":
             agent = None  # a guessed owner that is not an agent span: its run never ends by it
@@ -549,14 +587,14 @@ class Collector:
         stored = [chat for chat, _tools in steps if chat.span_id in done]
         newest = max((c.start_ns for c in stored), default=None)
         ready = []
+        now = self.clock()
         for index, (chat, tools) in enumerate(steps):
             if chat.span_id in done:
                 continue
-            if agent is None:
-                earlier = sum(1 for other, _t in steps[:index] if other.start_ns < chat.start_ns)
-                later = index + 1 < len(steps)
-                if not settled(chat, tools, earlier, later):
-                    break  # steps go in start order: a later one waits for this one
+            waited = force or now - trace.arrived.get(chat.span_id, now) >= self.settle_s
+            if not settled(chat, tools, later=index + 1 < len(steps), agent_seen=agent is not None, waited=waited):
+                trace.pending = True
+                break  # steps go in start order: a later one waits for this one
             ready.append((chat, tools))
         parent = assembler.parent_of(agent_id)
         ending = agent is not None and ENDED not in done

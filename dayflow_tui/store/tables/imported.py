@@ -188,14 +188,17 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
         if run.status == RunStatus.RUNNING.value and imported.status != RunStatus.RUNNING.value:
             # The source's run ended (its agent span came): what only the end says, written once.
             fill.update(status=imported.status, error=imported.error, created_at=imported.created_at or run.created_at)
+            if imported.model:
+                fill["model"] = imported.model
             if imported.agent and (not run.agent or run.agent == run.source):
                 fill["agent"] = imported.agent[:255]
             if imported.final_text is not None:
                 fill["final_text"] = imported.final_text
         if fill:  # a run started before its first prompt or call was in the file: its blanks filled, once
             Run.update(**fill).where(Run.id == imported.run_id).execute()
-            if "user_msg" in fill:
-                index_run_text(store, imported.run_id, task=fill["user_msg"])
+            if "user_msg" in fill or fill.get("final_text") or fill.get("error"):
+                index_run_text(store, imported.run_id, task=fill.get("user_msg"), final_text=fill.get("final_text"),
+                               error=fill.get("error"))
     if not imported.steps:
         return 0
     sums = [0, 0, 0, 0]
