@@ -209,6 +209,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    def settle() -> None:  # chats that waited settle_s for their tools are stored as they stand
+        while not stopping.wait(1.0):
+            try:
+                taken = writers.submit(collector.sweep).result()
+            except Exception as exc:  # noqa: BLE001 - tried again in a second; one line, never a traceback
+                _say(f"storing waiting chat spans failed ({printable(type(exc).__name__)}: {printable(exc)}); "
+                     "trying again")
+                continue
+            if taken.steps:
+                _say(f"{taken.steps} waiting chat span(s) stored without their tool spans (waited "
+                     f"{collector.settle_s:.0f} s)")
+
+    threading.Thread(target=settle, name="collect-settle", daemon=True).start()
     _say(f"listening on http://{printable(host)}:{server.server_address[1]}{TRACES_PATH} "
          f"(OTLP/HTTP, protobuf and JSON), writing runs to {printable(store.label)}")
     try:
@@ -216,6 +229,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
         writers.shutdown(wait=True)  # the writes in hand end (committed or not) before the process does
+    stored = 0
+    try:
+        stored = collector.sweep(force=True).steps
+    except Exception as exc:  # noqa: BLE001
+        _say(f"chat spans still waiting for their tools were not stored ({printable(type(exc).__name__)}: "
+             f"{printable(exc)})")
+    if stored:
+        _say(f"{stored} chat span(s) still waiting for their tool spans stored as they stand")
     held = collector.held()
     _say("stopped" + (f"; {held} span(s) still waiting for their run's first chat or agent span were not written"
                       if held else ""))
