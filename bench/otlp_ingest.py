@@ -80,14 +80,40 @@ def trace_bodies(n: int, sender: int) -> list[bytes]:
             .SerializeToString() for span in spans]
 
 
+def _merge(bodies: list[bytes]) -> bytes:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    merged = ExportTraceServiceRequest()
+    for body in bodies:
+        merged.MergeFromString(body)
+    return merged.SerializeToString()
+
+
+def _counts(db: str) -> tuple[int, int, dict]:
+    if "://" in db:
+        import psycopg
+
+        with psycopg.connect(db) as con:
+            runs, steps = con.execute("SELECT count(*), coalesce(sum(step_count), 0) FROM runs").fetchone()
+            statuses = dict(con.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+        return runs, steps, statuses
+    with sqlite3.connect(db) as con:
+        runs, steps = con.execute("SELECT count(*), coalesce(sum(step_count), 0) FROM runs").fetchone()
+        statuses = dict(con.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+    return runs, steps, statuses
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--senders", type=int, default=1)
     parser.add_argument("--traces", type=int, default=100, help="traces per sender")
     parser.add_argument("--dayflow", default=str(Path(sys.executable).with_name("dayflow")))
+    parser.add_argument("--batch", choices=("span", "trace"), default="span",
+                        help="one request per span as it ends (default), or one per trace (a batch of 6 spans)")
+    parser.add_argument("--db", help="a PostgreSQL URL (default: a fresh SQLite file)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otlp-ingest-"))
-    db = work / "collect.db"
+    db = args.db or str(work / "collect.db")
     port = free_port()
     log = (work / "collect.log").open("wb")
     proc = subprocess.Popen([args.dayflow, "collect", "--otlp-http", f"127.0.0.1:{port}", "--db", str(db)],
@@ -100,6 +126,8 @@ def main() -> int:
                 raise SystemExit((work / "collect.log").read_text())
             time.sleep(0.05)
         bodies = [[trace_bodies(n, s) for n in range(args.traces)] for s in range(args.senders)]
+        if args.batch == "trace":
+            bodies = [[[_merge(trace)] for trace in mine] for mine in bodies]
         url = f"http://127.0.0.1:{port}/v1/traces"
         failures = []
 
@@ -126,12 +154,11 @@ def main() -> int:
         proc.wait(timeout=60)
         log.close()
     requests = sum(len(trace) for mine in bodies for trace in mine)
-    with sqlite3.connect(db) as con:
-        runs, steps = con.execute("SELECT count(*), coalesce(sum(step_count), 0) FROM runs").fetchone()
-        statuses = dict(con.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+    spans = args.senders * args.traces * (2 * CHATS)
+    runs, steps, statuses = _counts(db)
     expected = args.senders * args.traces
-    print(f"senders={args.senders} traces={expected} spans={requests} requests={requests} "
-          f"elapsed={elapsed:.2f}s spans/s={requests / elapsed:.0f} failures={len(failures)} "
+    print(f"senders={args.senders} batch={args.batch} traces={expected} spans={spans} requests={requests} "
+          f"elapsed={elapsed:.2f}s spans/s={spans / elapsed:.0f} failures={len(failures)} "
           f"runs={runs}/{expected} steps={steps}/{expected * CHATS} statuses={statuses}")
     if failures:
         print("first failure:", failures[0])
