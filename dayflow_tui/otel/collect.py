@@ -6,20 +6,26 @@ The span names and attributes are the OpenTelemetry GenAI semantic conventions'
 {model}`` spans under it are its steps, the ``execute_tool {name}`` spans its
 tool calls and results.
 
-When a run is written: spans are held in memory, by trace, until the trace's
-``invoke_agent`` span arrives (an SDK sends a span when it ends, so the agent's
-span comes last: the run appears when the agent's turn is over); then the run and
-every step found under it are written in one transaction. A chat span of that
-agent arriving later is appended as a further step. Held spans of a trace that
-stays idle past ``collect_hold_s`` are dropped (said on stderr); spans held when
-the receiver stops are lost (the sender's retry brings them back only if it
-retries).
+When a run is written: live, step by step. An SDK sends a span when it ends, so an
+agent's chat and tool spans come long before its ``invoke_agent`` span. A run
+exists (status running) from its first chat span, keyed by the trace and the span
+the chat hangs under (its agent's, taken to be so while that span has not come:
+``Assembler.owner``); each chat becomes a step once ``settled`` (nothing it needs
+can still come: its named tools, or for a sender without content a later chat or
+the agent span; or it waited ``settle_s``), in start order; the agent span ends
+the run (done, or failed from its status). An agent span under another agent's
+span is a child run of it (``parent_id``, ``parent_call_id``). Spans of a trace
+idle past ``collect_hold_s`` are let go (said on stderr); chats still waiting when
+the receiver stops are stored as they stand (``sweep(force=True)``).
 
-Never twice: the run's id is derived from its trace and span ids, and its
-position (``Store.imported_file`` under ``otlp:TRACE/SPAN``) records every chat
-span id written as a step; a retried request, or the same spans from another
-receiver on the same database, writes nothing (``Store.append_imported``
-moves the position only from where it was read).
+Never twice, never rewritten: the run's id is derived from its trace and agent
+span ids, and its position (``Store.imported_file`` under ``otlp:TRACE/SPAN``)
+records every chat span id written as a step (and ``agent-span`` once ended); a
+retried request, the same spans from another receiver on the same database, or
+two requests at once write nothing twice (``Store.append_imported`` moves the
+position only from where it was read; one lock per trace in this process). A chat
+that comes after a later one of its agent was stored is appended at the end
+(``Taken.late``): stored steps are never rewritten.
 
 Which step a tool belongs to: the chat span among its ancestors, if any; else
 the last chat span of the same agent that started before it (time order), else

@@ -2,9 +2,10 @@
 their files grow (or their traces' spans arrive: the "file" is then ``otlp:TRACE/SPAN``, its ``done`` the chat
 span ids written).
 
-An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (no worker
-claims it), and the verbs that would drive or change it (claim, fork, decide, cancel) refuse it with
-``ReadOnlyRun``. What an import writes is only ever appended: new runs, new steps after the last one
+An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (or ``running``
+while an OTLP trace's agent span has not come, then ``done``/``failed`` once; no worker claims it either way:
+``claim_next`` takes only Dayflow's own orphans), and the verbs that would drive or change it (claim, fork,
+decide, cancel) refuse it with ``ReadOnlyRun``. What an import writes is only ever appended: new runs, new steps after the last one
 stored, and the file's new read position, all in one transaction that first moves the position from
 where the read began (a retry whose earlier try landed, or a second importer, finds it moved and
 writes nothing).
