@@ -156,6 +156,14 @@ def _str(value: Any) -> str:
 
 
 def _assistant_blocks(chat: Span) -> list[dict] | None:
+    """The reply's blocks (read once per span: a trace is looked at again at each of its requests; do not change
+    the list)."""
+    if "blocks" not in chat.memo:
+        chat.memo["blocks"] = _read_assistant_blocks(chat)
+    return chat.memo["blocks"]
+
+
+def _read_assistant_blocks(chat: Span) -> list[dict] | None:
     """The reply's blocks from the output messages or ``gen_ai.choice`` events; None when none was captured."""
     output = _content_attr(chat, "gen_ai.output.messages")
     if output is not None:
@@ -252,6 +260,7 @@ class Trace:
     anchors: set[str] = field(default_factory=set)  # span ids this receiver made runs for (agents, or guessed)
     arrived: dict[str, float] = field(default_factory=dict)  # span id -> when it first came (the clock's time)
     pending: bool = False  # a chat span is waiting to be stored
+    finished: bool = False  # every run of it ended and placed, nothing waiting: let go once quiet for settle_s
     parents: set[str] = field(default_factory=set)  # agent span ids whose run's parent was written here
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -532,7 +541,16 @@ class Collector:
                     trace.spans[span.span_id] = span  # the same span again (a retry): one entry
                     trace.arrived.setdefault(span.span_id, now)
                 self._write(trace_id, trace, taken)
+        self._let_go(now, taken)
+        return taken
+
+    def _let_go(self, now: float, taken: Taken) -> None:
         with self.lock:
+            # Written whole and quiet for settle_s: memory is for traces still going (a straggler after this is
+            # a fresh Trace: a late chat is appended, a late tool span is not added, as for any late span).
+            for trace_id in [t for t, trace in self.traces.items()
+                             if trace.finished and now - trace.last_seen >= self.settle_s]:
+                del self.traces[trace_id]
             for trace_id in [t for t, trace in self.traces.items() if now - trace.last_seen > self.hold_s]:
                 taken.dropped += 1
                 del self.traces[trace_id]
@@ -542,7 +560,6 @@ class Collector:
                     break
                 held -= len(self.traces.pop(trace_id).spans)
                 taken.dropped += 1
-        return taken
 
     def sweep(self, *, force: bool = False) -> Taken:
         """Store the chats that waited ``settle_s`` (all of them, ``force``: the receiver is stopping)."""
@@ -555,6 +572,7 @@ class Collector:
                 oldest = min(trace.arrived.values(), default=now)
                 if trace.pending and (force or now - oldest >= self.settle_s):
                     self._write(trace_id, trace, taken, force=force)
+        self._let_go(now, taken)
         return taken
 
     def _write(self, trace_id: str, trace: Trace, taken: Taken, force: bool = False) -> None:
@@ -570,6 +588,11 @@ class Collector:
         # Parents before children: a child run's parent row exists when it is written.
         for agent_id in sorted(owners, key=lambda o: (self._depth(assembler, o), o)):
             self._write_run(trace_id, trace, assembler, agent_id, grouped.get(agent_id, ([], [])), taken, force)
+        # Let go once every run ended and knows its place (a root, or its parent written): a span still to come
+        # could only be a straggler, which a fresh Trace handles the same way.
+        trace.finished = bool(trace.anchors) and not trace.pending and all(
+            a in trace.spans and operation(trace.spans[a]) == "invoke_agent"
+            and (trace.spans[a].parent_id is None or a in trace.parents) for a in trace.anchors)
 
     @staticmethod
     def _depth(assembler: Assembler, agent_id: str) -> int:

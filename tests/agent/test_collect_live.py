@@ -244,3 +244,24 @@ def test_a_chat_whose_tool_never_comes_is_stored_after_settle_s_and_all_at_stop(
             assert store.get_run(run.id).status == "running"  # the agent span never came: still running at source
         finally:
             store.close()
+
+
+def test_a_finished_trace_is_let_go_once_quiet_and_sending_it_again_writes_nothing():
+    now = [0.0]
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(str(Path(folder) / "c.db"))
+        try:
+            collector = Collector(store, hold_s=3600, settle_s=30, clock=lambda: now[0])
+            for span in the_trace():
+                collector.take([span])
+            assert TRACE in collector.traces and collector.traces[TRACE].finished
+            now[0] = 29.0
+            collector.sweep()
+            assert TRACE in collector.traces  # a straggler may still come with the rest in memory
+            now[0] = 30.0
+            collector.sweep()
+            assert TRACE not in collector.traces  # every run ended and placed, quiet: memory let go
+            assert collector.take(the_trace()).steps == 0  # the whole trace again (a retry): nothing changes
+            assert snapshot(store) == in_order()
+        finally:
+            store.close()
