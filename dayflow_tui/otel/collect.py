@@ -452,8 +452,10 @@ def step_of(chat: Span, tools: list[Span]) -> ImportedStep:
 
 
 def run_of(trace_id: str, agent_id: str, agent: Span | None, steps: list[tuple[Span, list[Span]]],
-           parent: tuple[str | None, str | None]) -> ImportedRun:
-    """The run of agent span ``agent_id``: ``running`` until its span (``agent``) has come, then done or failed."""
+           parent: tuple[str | None, str | None], *, end: Span | None = None) -> ImportedRun:
+    """The run of agent span ``agent_id``: ``running`` until its span (``end``; ``agent`` when it is an
+    ``invoke_agent`` span) has come, then done or failed from that span's status."""
+    end = end if end is not None else agent
     attrs = agent.attributes if agent is not None else {}
     name = attrs.get("gen_ai.agent.name")
     if not name and agent is not None:
@@ -469,13 +471,13 @@ def run_of(trace_id: str, agent_id: str, agent: Span | None, steps: list[tuple[S
                  if b and b.get("type") == "text"]
         answer = "".join(texts) or None
     status, error = RunStatus.RUNNING.value, None
-    if agent is not None:
-        failed = agent.status_code == 2 or bool(attrs.get("error.type"))
+    if end is not None:
+        failed = end.status_code == 2 or bool(end.attributes.get("error.type"))
         status = RunStatus.FAILED.value if failed else RunStatus.DONE.value
         if failed:
-            error = _text(agent.status_message or attrs.get("error.type") or "the agent span's status is ERROR")
+            error = _text(end.status_message or end.attributes.get("error.type") or "the agent span's status is ERROR")
     parent_id, call_id = parent
-    started = agent.start_ns if agent is not None else (steps[0][0].start_ns if steps else 0)
+    started = end.start_ns if end is not None else (steps[0][0].start_ns if steps else 0)
     return ImportedRun(run_id=run_id_of(trace_id, agent_id), external_id=f"{trace_id}/{agent_id}", source=OTEL,
                        agent=_text(name, 200) if name else OTEL, model=_text(model, 200) if model else None,
                        user_msg=_text(task, 100_000), final_text=_text(answer, 1_000_000),
@@ -591,8 +593,7 @@ class Collector:
         # Let go once every run ended and knows its place (a root, or its parent written): a span still to come
         # could only be a straggler, which a fresh Trace handles the same way.
         trace.finished = bool(trace.anchors) and not trace.pending and all(
-            a in trace.spans and operation(trace.spans[a]) == "invoke_agent"
-            and (trace.spans[a].parent_id is None or a in trace.parents) for a in trace.anchors)
+            a in trace.spans and (trace.spans[a].parent_id is None or a in trace.parents) for a in trace.anchors)
 
     @staticmethod
     def _depth(assembler: Assembler, agent_id: str) -> int:
@@ -606,9 +607,10 @@ class Collector:
 
     def _write_run(self, trace_id: str, trace: Trace, assembler: Assembler, agent_id: str,
                    group: tuple[list[Span], list[tuple[Span, str | None]]], taken: Taken, force: bool) -> None:
-        agent = trace.spans.get(agent_id)
-        if agent is not None and operation(agent) != "invoke_agent":
-            agent = None  # a guessed owner that is not an agent span: its run never ends by it
+        end = trace.spans.get(agent_id)  # the span that ends the run when it comes
+        # A guessed owner that came and is not an agent span (a framework's step span, a request's span): it still
+        # ends the run, but names nothing.
+        agent = end if end is not None and operation(end) == "invoke_agent" else None
         steps = attach(*group)
         key = position_key(trace_id, agent_id)
         state = self.store.imported_file(key)
@@ -621,23 +623,23 @@ class Collector:
             if chat.span_id in done:
                 continue
             waited = force or now - trace.arrived.get(chat.span_id, now) >= self.settle_s
-            if not settled(chat, tools, later=index + 1 < len(steps), agent_seen=agent is not None, waited=waited):
+            if not settled(chat, tools, later=index + 1 < len(steps), agent_seen=end is not None, waited=waited):
                 trace.pending = True
                 break  # steps go in start order: a later one waits for this one
             ready.append((chat, tools))
         parent = assembler.parent_of(agent_id)
-        ending = agent is not None and ENDED not in done
+        ending = end is not None and ENDED not in done
         parenting = parent[0] is not None and agent_id not in trace.parents
         if state is not None and not ready and not ending and not parenting:
             return
-        run = run_of(trace_id, agent_id, agent, steps, parent)
+        run = run_of(trace_id, agent_id, agent, steps, parent, end=end)
         steps_done = sum(1 for k in done if k != ENDED)
         for offset, (chat, tools) in enumerate(ready, start=1):
             run.steps.append(step_of(chat, tools))
             done[chat.span_id] = steps_done + offset
             if newest is not None and chat.start_ns < newest:
                 taken.late += 1
-        if agent is not None:
+        if end is not None:
             done[ENDED] = 0
         steps_done += len(ready)
         added = self.store.append_imported(key, was=state, run_id=run.run_id, size=steps_done, offset=steps_done,

@@ -265,3 +265,31 @@ def test_a_finished_trace_is_let_go_once_quiet_and_sending_it_again_writes_nothi
             assert snapshot(store) == in_order()
         finally:
             store.close()
+
+
+def test_a_chat_under_a_span_that_is_not_an_agent_is_a_run_ended_by_that_span():
+    """The documented guess and its outcome: a chat whose parent has not come is taken to be under its agent; when
+    the parent comes and is a framework's step span instead, that span ends the run (named by nothing), and the
+    agent above it, when it comes, is its parent run."""
+    agent = span("outer", None, "invoke_agent graph", 0, 30, **{"gen_ai.operation.name": "invoke_agent",
+                                                                 "gen_ai.agent.name": "graph"})
+    node = span("c1", "outer", "call_model", 1, 5)  # a LangGraph-like node span: no gen_ai operation
+    inner = chat("h1", "helper", 2, [USER], said("hi"), 10, "stop")
+    inner = Span(inner.trace_id, inner.span_id, node.span_id, inner.name, inner.start_ns, inner.end_ns,
+                 inner.attributes)
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(str(Path(folder) / "c.db"))
+        try:
+            collector = Collector(store, hold_s=3600, clock=lambda: 0.0)
+            collector.take([inner])
+            (run,) = store.list_runs(source="otel")
+            assert (run.status, run.step_count, run.parent_id) == ("running", 1, None)
+            collector.take([node])
+            run = store.get_run(run.id)
+            assert (run.status, run.agent, run.step_count, run.parent_id) == ("done", "otel", 1, None)
+            collector.take([agent])
+            graph = next(r for r in store.list_runs(source="otel") if r.id != run.id)
+            assert (graph.agent, graph.status, graph.step_count) == ("graph", "done", 0)
+            assert store.get_run(run.id).parent_id == graph.id
+        finally:
+            store.close()
