@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..store.status import RunStatus
-from ..store.tables.imported import OTEL, ImportedRun, ImportedStep
+from ..store.tables.imported import OTEL, FileState, ImportedRun, ImportedStep
 from .receive import Span
 
 NO_CONTENT = "[no content: the sender did not capture the messages; usage only]"
@@ -260,6 +260,7 @@ class Trace:
     anchors: set[str] = field(default_factory=set)  # span ids this receiver made runs for (agents, or guessed)
     arrived: dict[str, float] = field(default_factory=dict)  # span id -> when it first came (the clock's time)
     pending: bool = False  # a chat span is waiting to be stored
+    states: dict[str, FileState] = field(default_factory=dict)  # positions as this receiver last wrote them
     finished: bool = False  # every run of it ended and placed, nothing waiting: let go once quiet for settle_s
     parents: set[str] = field(default_factory=set)  # agent span ids whose run's parent was written here
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -613,7 +614,9 @@ class Collector:
         agent = end if end is not None and operation(end) == "invoke_agent" else None
         steps = attach(*group)
         key = position_key(trace_id, agent_id)
-        state = self.store.imported_file(key)
+        # The position as last written here saves a read per request; a stale one (another receiver wrote) only
+        # makes the compare-and-set below write nothing, and is then read again.
+        state = trace.states[agent_id] if agent_id in trace.states else self.store.imported_file(key)
         done = dict(state.done) if state is not None else {}
         stored = [chat for chat, _tools in steps if chat.span_id in done]
         newest = max((c.start_ns for c in stored), default=None)
@@ -644,6 +647,14 @@ class Collector:
         steps_done += len(ready)
         added = self.store.append_imported(key, was=state, run_id=run.run_id, size=steps_done, offset=steps_done,
                                            mtime_ns=0, done=done, runs=[run])
+        if ready and not added:  # the position moved under us (another receiver, or a lost answer): read it again
+            trace.states.pop(agent_id, None)
+            trace.pending = True  # looked at again by the next request for the trace, or the sweep
+            return
+        if ready:
+            trace.states[agent_id] = FileState(key, run.run_id, steps_done, steps_done, 0, dict(done))
+        else:  # whether the write landed is not known from its answer
+            trace.states.pop(agent_id, None)
         if parent[0] is not None:
             trace.parents.add(agent_id)
         taken.new_runs += state is None

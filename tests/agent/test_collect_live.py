@@ -293,3 +293,20 @@ def test_a_chat_under_a_span_that_is_not_an_agent_is_a_run_ended_by_that_span():
             assert store.get_run(run.id).parent_id == graph.id
         finally:
             store.close()
+
+
+def test_two_receivers_on_one_database_write_each_step_once():
+    """Two ``dayflow collect`` processes on one database sent the same spans (a sender that fans out, or a retry
+    that went to the other): whichever writes first wins each write, the other's position is stale and writes
+    nothing, then reads it again."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(str(Path(folder) / "c.db"))
+        try:
+            first, second = (Collector(store, hold_s=3600, clock=lambda: 0.0) for _ in range(2))
+            for index, span in enumerate(the_trace()):
+                pair = (first, second) if index % 2 else (second, first)
+                for collector in pair:
+                    collector.take([span])
+            assert snapshot(store) == in_order()
+        finally:
+            store.close()
