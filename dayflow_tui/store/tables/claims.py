@@ -136,7 +136,8 @@ def claim_next_with(store: StoreHandle, token: str, *, stale_after: float) -> Le
         # Interrupted: "running" with no lease, a stale heartbeat, or an owner on this
         # host (whose pid is checked here, since SQL cannot see processes).
         orphans = store.dialect.skip_locked(
-            Run.select().where(Run.status == RunStatus.RUNNING, ready,
+            # An imported run "running" at its source (dayflow collect) is never an orphan: no worker takes it.
+            Run.select().where(Run.status == RunStatus.RUNNING, ready, Run.source == "dayflow",
                                Run.lease_token.is_null() | Run.heartbeat_at.is_null()
                                | (Run.heartbeat_at < cutoff) | (Run.owner_host == this_host()))
             .order_by(*CLAIM_ORDER))

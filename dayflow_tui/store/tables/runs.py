@@ -147,7 +147,8 @@ def get_run(store: StoreHandle, run_id: str) -> Run:
 @store_call
 def latest_unfinished(store: StoreHandle) -> Run | None:
     """The newest run that can be resumed now (not finished, not held by a live process)."""
-    candidates = (with_clock(store, Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]))
+    candidates = (with_clock(store, Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]),
+                                                        Run.source == "dayflow")  # never an imported run
                   .order_by(Run.created_at.desc(), Run.id.desc()).limit(100))
     return next((run for run in candidates if not owner_alive(run)), None)
 
