@@ -9,8 +9,9 @@ each page is read.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..agent.transcript import StepView, attach_decisions, build_steps
 from ..testhook import pause_point
@@ -61,9 +62,62 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
             steps = tuple((row.n, row.tool_results is not None) for row in everything)
             views = build_steps(everything, run.model)
         attach_decisions(views, decided)
+        attach_mcp(views, run)
     from .pending import pending_calls
 
     return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided))
+
+
+# MCP's hints in the order the specification lists them; any others (and ``title``) follow, sorted.
+_HINT_ORDER = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def recorded_mcp_tools(run: Any) -> dict[str, dict[str, Any]]:
+    """The run's MCP tools as its agent recorded them: offered name -> {"server", "annotations", "kind",
+    "approval"} (none: {}). Raw values from a database row: shown as text, never markup."""
+    try:
+        shape = json.loads(getattr(run, "agent_shape", None) or "{}")
+    except (TypeError, ValueError):
+        return {}
+    listed = shape.get("mcp_tools") if isinstance(shape, dict) else None
+    rules = shape.get("tool_rules") if isinstance(shape, dict) else None
+    if not isinstance(listed, dict):
+        return {}
+    found = {}
+    for name, facts in listed.items():
+        if not isinstance(facts, dict):
+            continue
+        rule = rules.get(name) if isinstance(rules, dict) and isinstance(rules.get(name), dict) else {}
+        annotations = facts.get("annotations")
+        found[str(name)] = {"server": str(facts.get("server") or ""),
+                            "annotations": annotations if isinstance(annotations, dict) else {},
+                            "kind": rule.get("kind"), "approval": rule.get("approval")}
+    return found
+
+
+def mcp_hints_text(facts: dict) -> str:
+    """One line of what an MCP tool's server said of it and what Dayflow made of that:
+    ``destructiveHint true · idempotentHint false -> plain, asks a person``."""
+    annotations = facts.get("annotations") or {}
+    keys = [k for k in _HINT_ORDER if k in annotations] + sorted(k for k in annotations if k not in _HINT_ORDER)
+    said = " · ".join(f"{key} {json.dumps(annotations[key], ensure_ascii=False)}" for key in keys)
+    approval = facts.get("approval")
+    asks = "asks a person" if approval is True else ("never asks" if approval in (False, None) else str(approval))
+    made = f"{facts.get('kind') or '?'}, {asks}"
+    return f"{said or 'no annotations'} -> {made}"
+
+
+def attach_mcp(views: Sequence[StepView], run: Run) -> None:
+    """Give each call of an MCP tool its server and its recorded hints (the run's ``agent_shape``)."""
+    listed = recorded_mcp_tools(run)
+    if not listed:
+        return
+    hints = {name: mcp_hints_text(facts) for name, facts in listed.items()}
+    for view in views:
+        for call in view.calls:
+            facts = listed.get(call.name)
+            if facts is not None:
+                call.server, call.hints = facts["server"], hints[call.name]
 
 
 @dataclass(frozen=True)
