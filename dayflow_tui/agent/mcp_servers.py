@@ -5,6 +5,7 @@ from dayflow_tui import Agent, mcp
 
 agent = Agent(name="files", system="...", mcp_servers=[
     mcp.stdio("notes", "python", "notes_server.py", secrets={"NOTES_TOKEN": token}, auto_approve=["append"]),
+    mcp.http("tickets", "https://mcp.example.com/mcp", secret_headers={"Authorization": f"Bearer {key}"}),
 ])
 ```
 
@@ -28,6 +29,11 @@ at most ``max_attempts`` times with a fresh server, and a plain call it interrup
 unknown" then. A tool's own error (``isError``) is its result. The server's stderr goes to a log file
 (``STATE_DIR/mcp/SERVER.log``), never the terminal; the values of ``secrets`` reach the server's environment only: never
 the database, the fingerprint or any message (they are redacted like the API key).
+
+``mcp.http`` reaches a server over MCP's streamable HTTP with the same rules: a session opened on the first
+call, a per-call timeout, and a server that is down, answers 4xx/5xx or drops the connection mid-call is
+``McpUnavailable``. ``secret_headers`` (a bearer token) are sent with every request and treated like
+``secrets``: the fingerprint keeps their names. The SDK's own log lines go to ``STATE_DIR/mcp/client.log``.
 """
 
 from __future__ import annotations

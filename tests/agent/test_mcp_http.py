@@ -317,3 +317,45 @@ def test_a_tool_list_changed_on_the_http_server_is_refused_on_resume(tmp_path, h
     assert refused.returncode == 1 and "changed" in refused.stderr and "counting__extra" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert db.read_bytes() == before
+
+
+def test_the_example_http_agent_runs_offline_against_the_example_server(tmp_path):
+    examples = Path(__file__).parents[2] / "examples"
+    port, token = free_port(), "example-token-5b1e0c9d"
+    with open(tmp_path / "server.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, str(examples / "mcp_weather_server.py"), "--http", str(port)],
+                                env={**os.environ, "WEATHER_MCP_TOKEN": token}, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "server.log").read_text()
+                time.sleep(0.05)
+        db = tmp_path / "x.db"
+        done = subprocess.run(dayflow_cmd("run", f"{examples / 'mcp_http_agent.py'}:agent", "--db", str(db)),
+                              env=env_for(tmp_path, WEATHER_MCP_URL=f"http://127.0.0.1:{port}/mcp",
+                                          WEATHER_MCP_TOKEN=token),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "weather__forecast" in done.stdout and "21 °C" in done.stdout
+        assert token.encode() not in db.read_bytes() and token not in done.stdout + done.stderr
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def test_a_changed_hint_or_server_setting_is_named_when_a_resume_is_refused():
+    from dayflow_tui.agent.registry import what_changed
+
+    before = {"tools": {"counting__send": {}}, "mcp_tools": {"counting__send": {"server": "counting",
+                                                                                 "annotations": {}}},
+              "mcp_servers": {"counting": {"url": "http://127.0.0.1:1/mcp"}}}
+    after = {"tools": {"counting__send": {}}, "mcp_tools": {"counting__send": {"server": "counting",
+                                                                                "annotations": {"openWorldHint": True}}},
+             "mcp_servers": {"counting": {"url": "http://127.0.0.1:2/mcp"}}}
+    assert what_changed(before, after) == ["MCP server counting's settings", "tool counting__send's MCP annotations"]
+    assert what_changed(before, before) == ["its definition"]
