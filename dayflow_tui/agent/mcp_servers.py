@@ -185,7 +185,7 @@ _http_status: dict[str, int] = {}  # server name: the last 4xx/5xx it answered (
 
 def check_url(name: str, url: Any) -> None:
     """An http(s) URL with a host, without a password in it (that belongs in ``secret_headers``)."""
-    from urllib.parse import urlsplit
+    from urllib.parse import parse_qsl, urlsplit
 
     if not isinstance(url, str) or not url or any(ch.isspace() or ord(ch) < 32 for ch in url):
         raise ValueError(f"MCP server {name}: the URL must be one http:// or https:// address without spaces")
@@ -200,6 +200,10 @@ def check_url(name: str, url: Any) -> None:
     if parts.username is not None or parts.password is not None:
         raise ValueError(f"MCP server {name}: the URL carries a user or password, which would be recorded: "
                          "pass credentials in secret_headers")
+    for key, _value in parse_qsl(parts.query, keep_blank_values=True):
+        if _is_credential(key) or key.lower() in ("key", "apikey", "api_key", "password", "sig", "signature"):
+            raise ValueError(f"MCP server {name}: the URL's {key} parameter looks like a credential, which "
+                             "would be recorded: pass credentials in secret_headers")
 
 
 McpServer = StdioServer | HttpServer

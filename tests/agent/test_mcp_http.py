@@ -155,6 +155,7 @@ def test_a_wrong_token_is_one_line_exit_75_with_nothing_written(tmp_path, http_s
     ("http:///mcp", "is not an http:// or https:// URL"),
     ("http://user:hunter2pass@127.0.0.1/mcp", "pass credentials in secret_headers"),
     ("http://127.0.0.1:notaport/mcp", "is not a URL"),
+    ("https://mcp.example.com/mcp?access_token=hunter2pass", "access_token parameter looks like a credential"),
 ])
 def test_a_bad_url_is_one_clear_line_at_the_agents_definition(tmp_path, url, said):
     path = tmp_path / "bad_agent.py"
@@ -279,6 +280,19 @@ def test_a_server_killed_mid_call_is_a_failed_attempt_and_the_resume_answers_out
         assert "outcome_unknown" in result["content"]
         assert api.calls == 2
         assert_token_nowhere(tmp_path, out, err, resumed.stdout, resumed.stderr)
+
+
+def test_a_server_that_hangs_over_http_is_cut_at_its_per_call_timeout(tmp_path, http_server):
+    server = http_server(slow=60)
+    ref = http_agent_file(tmp_path, server.url, timeout=2)
+    db = tmp_path / "dayflow.db"
+    with LoopbackAPI() as api:
+        api.planned = {n: _calls_then_answers("counting__put", {"key": "k", "value": "v"}) for n in range(1, 10)}
+        env = env_for(tmp_path, **api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        hung = run_cli("run", ref, "--model", MODEL, "--db", str(db), env=env)
+        assert hung.returncode == 75 and "did not answer within 2 s" in hung.stderr, hung.stderr
+        # The command ended while the body still slept (no "end put"): the call was cut, not waited out.
+        assert bodies(server.count) == ["start put"] and api.calls == 1
 
 
 def test_a_5xx_from_the_server_is_a_failed_attempt_not_the_tools_outcome(tmp_path, http_server):

@@ -105,7 +105,9 @@ def serve_http(port: int) -> None:
             if os.path.exists(COUNT_FILE + ".500"):
                 return await PlainTextResponse("broken", status_code=500)(scope, receive, send)
             if expected and headers.get(b"authorization") != f"Bearer {expected}".encode():
-                return await PlainTextResponse("who are you?", status_code=401)(scope, receive, send)
+                # Echoes what it got, as careless servers do: the client must not pass the body on unredacted.
+                got = headers.get(b"authorization", b"").decode("latin-1")
+                return await PlainTextResponse(f"who are you? {got}", status_code=401)(scope, receive, send)
         return await app(scope, receive, send)
 
     uvicorn.run(gate, host="127.0.0.1", port=port, log_level="warning")
