@@ -9,11 +9,11 @@ each page is read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from ..agent.transcript import StepView, attach_decisions, build_steps
+from .mcp_tools import mcp_hints_text, recorded_mcp_tools
 from ..testhook import pause_point
 from ..store.models import Run
 
@@ -66,45 +66,6 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
     from .pending import pending_calls
 
     return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided))
-
-
-# MCP's hints in the order the specification lists them; any others (and ``title``) follow, sorted.
-_HINT_ORDER = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-
-
-def recorded_mcp_tools(run: Any) -> dict[str, dict[str, Any]]:
-    """The run's MCP tools as its agent recorded them: offered name -> {"server", "annotations", "kind",
-    "approval"} (none: {}). Raw values from a database row: shown as text, never markup."""
-    try:
-        shape = json.loads(getattr(run, "agent_shape", None) or "{}")
-    except (TypeError, ValueError):
-        return {}
-    listed = shape.get("mcp_tools") if isinstance(shape, dict) else None
-    rules = shape.get("tool_rules") if isinstance(shape, dict) else None
-    if not isinstance(listed, dict):
-        return {}
-    found = {}
-    for name, facts in listed.items():
-        if not isinstance(facts, dict):
-            continue
-        rule = rules.get(name) if isinstance(rules, dict) and isinstance(rules.get(name), dict) else {}
-        annotations = facts.get("annotations")
-        found[str(name)] = {"server": str(facts.get("server") or ""),
-                            "annotations": annotations if isinstance(annotations, dict) else {},
-                            "kind": rule.get("kind"), "approval": rule.get("approval")}
-    return found
-
-
-def mcp_hints_text(facts: dict) -> str:
-    """One line of what an MCP tool's server said of it and what Dayflow made of that:
-    ``destructiveHint true · idempotentHint false -> plain, asks a person``."""
-    annotations = facts.get("annotations") or {}
-    keys = [k for k in _HINT_ORDER if k in annotations] + sorted(k for k in annotations if k not in _HINT_ORDER)
-    said = " · ".join(f"{key} {json.dumps(annotations[key], ensure_ascii=False)}" for key in keys)
-    approval = facts.get("approval")
-    asks = "asks a person" if approval is True else ("never asks" if approval in (False, None) else str(approval))
-    made = f"{facts.get('kind') or '?'}, {asks}"
-    return f"{said or 'no annotations'} -> {made}"
 
 
 def attach_mcp(views: Sequence[StepView], run: Run) -> None:

@@ -123,6 +123,17 @@ def test_transcript_mcp_calls(snap_compare, tui_store):
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
 
 
+def test_run_preview_mcp_servers_and_annotations(snap_compare, tui_store):
+    """The run list's preview names the run's MCP server and, per tool, its annotations and what they made of it."""
+    demo_data.mcp_run(tui_store, "run-mcp-0001", demo_data.BASE_TIME)
+
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await select_loaded(pilot, "run-mcp-0001")
+        await wait_for(pilot, lambda: "MCP counting" in str(pilot.app.screen.query_one("#preview-text").render()))
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
 def test_resume_in_progress(snap_compare, tui_store):
     demo_data.interrupted_run(tui_store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
     gate = GateClient(free=1)
