@@ -170,7 +170,7 @@ class HttpServer:
         from mcp.client.streamable_http import streamable_http_client
 
         async def note_status(response: Any) -> None:  # the SDK reports any 4xx/5xx as one "error response"
-            if response.status_code >= 400:
+            if response.status_code >= 400 and response.request.method == "POST":  # a request's, not the GET stream's
                 _http_status[self.name] = response.status_code
 
         timeout = httpx2.Timeout(min(self.timeout_s, START_TIMEOUT_S), read=max(self.timeout_s, 300.0))
@@ -436,9 +436,9 @@ def list_tools(server: McpServer) -> tuple[ListedTool, ...]:
     return _listed[server]
 
 
-def call(server: McpServer, name: str, arguments: dict) -> tuple[Any, bool]:
+def call(server: McpServer, name: str, arguments: dict, *, again: bool = True) -> tuple[Any, bool]:
     """One ``tools/call``: ``(payload, is_error)`` as a Dayflow tool returns it; ``McpUnavailable`` when the
-    server could not answer."""
+    server could not answer. (``again``: whether an HTTP session the server ended may be opened afresh.)"""
     session = _session(server)
 
     async def one() -> Any:
@@ -452,8 +452,19 @@ def call(server: McpServer, name: str, arguments: dict) -> tuple[Any, bool]:
         raise McpUnavailable(f"MCP server {server.name}: {name} did not answer within {server.timeout_s:g} s") from None
     except Exception as exc:
         _forget(server)
+        if again and _session_ended(server, exc):
+            # The server ended the session (it restarted since the last call): MCP's streamable HTTP answers a
+            # request under an ended session 404 without processing it, so the call never ran; one fresh
+            # session sends it once more (a second refusal is McpUnavailable like any other).
+            return call(server, name, arguments, again=False)
         raise McpUnavailable(f"MCP server {server.name}: {name} failed: {_describe(exc, server)}") from exc
     return _payload(result), bool(getattr(result, "is_error", False))
+
+
+def _session_ended(server: McpServer, exc: BaseException) -> bool:
+    """The HTTP server refused the request because its session is gone: a 404 to a request of a session that
+    was open (the URL answered ``initialize``), which the specification says the server sends unprocessed."""
+    return isinstance(server, HttpServer) and _http_status.get(server.name) == 404
 
 
 def _forget(server: McpServer) -> None:

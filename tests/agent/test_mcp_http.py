@@ -20,7 +20,7 @@ from dayflow_tui.agent.registry import load_agent
 from dayflow_tui.store import open_store
 
 from ..conftest import dayflow_cmd
-from ..loopback_api import LoopbackAPI
+from ..loopback_api import LoopbackAPI, message_reply
 from .test_mcp_tools import MODEL, SERVER, _calls_then_answers, _only_run, _results, bodies, env_for
 
 TOKEN = "mcp-http-bearer-4d9e1b77c2"
@@ -293,6 +293,33 @@ def test_a_server_that_hangs_over_http_is_cut_at_its_per_call_timeout(tmp_path, 
         assert hung.returncode == 75 and "did not answer within 2 s" in hung.stderr, hung.stderr
         # The command ended while the body still slept (no "end put"): the call was cut, not waited out.
         assert bodies(server.count) == ["start put"] and api.calls == 1
+
+
+def test_a_server_restarted_between_two_calls_gets_the_second_call_once_on_a_new_session(tmp_path, http_server):
+    """The server restarts between the steps of a run: the old session's call is refused (404, not run), and one
+    new session sends it, once; the plain call is not lost as "outcome unknown"."""
+    server = http_server()
+    ref = http_agent_file(tmp_path, server.url)
+    db = tmp_path / "dayflow.db"
+    with LoopbackAPI() as api:
+        def look_first(handler, body):
+            turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            if turns == 0:
+                return message_reply([{"type": "tool_use", "id": "toolu_look", "name": "counting__look",
+                                       "input": {"city": "Lisbon"}}], "tool_use")(handler, body)
+            if turns == 1:  # the first session is open in the dayflow process: the server restarts now
+                server.kill()
+                server.start()
+                return message_reply([{"type": "tool_use", "id": "toolu_send", "name": "counting__send",
+                                       "input": {"text": "hi"}}], "tool_use")(handler, body)
+            return message_reply([{"type": "text", "text": "Done."}])(handler, body)
+        api.planned = {n: look_first for n in range(1, 10)}
+        env = env_for(tmp_path, **api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        done = run_cli("run", ref, "--model", MODEL, "--db", str(db), env=env)
+        assert done.returncode == 0, done.stderr
+        assert bodies(server.count) == ["start look", "end look", "start send", "end send"]
+        results = _results(db)
+        assert "sent 'hi'" in json.dumps(results) and api.calls == 3
 
 
 def test_a_5xx_from_the_server_is_a_failed_attempt_not_the_tools_outcome(tmp_path, http_server):
