@@ -135,6 +135,8 @@ class HttpServer:
     def __post_init__(self) -> None:
         _check_common(self.name, self.overrides)
         check_url(self.name, self.url)
+        if not self.timeout_s > 0:
+            raise ValueError(f"MCP server {self.name}: timeout_s must be a number of seconds above 0")
         for header, value in self.headers + self.secret_headers:
             if not isinstance(header, str) or not _HEADER_NAME.match(header):
                 raise ValueError(f"MCP server {self.name}: {header!r} is not an HTTP header name")

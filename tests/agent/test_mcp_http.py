@@ -124,6 +124,8 @@ def test_the_annotations_over_http_decide_kind_and_approval_and_the_token_is_nev
     shape = json.dumps(agent.describe())
     assert '"secret_headers": ["Authorization"]' in shape and TOKEN not in shape  # the name, never the value
     assert "dayflow-tests" in shape  # a plain header is recorded
+    (server_def,) = agent.mcp_servers
+    assert TOKEN not in repr(server_def) and TOKEN not in repr(agent)
 
 
 def test_an_offline_run_over_http_counts_each_read_only_call_once_and_keeps_the_token_out(tmp_path, http_server):
@@ -166,6 +168,13 @@ def test_a_bad_url_is_one_clear_line_at_the_agents_definition(tmp_path, url, sai
     assert refused.returncode == 1 and said in refused.stderr, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "hunter2pass" not in refused.stderr
     assert not db.exists() or open_store(db).list_runs() == []
+
+
+def test_a_timeout_of_zero_is_refused_at_definition():
+    from dayflow_tui.agent import mcp_servers
+
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds above 0"):
+        mcp_servers.http("counting", "https://mcp.example.com/mcp", timeout_s=0)
 
 
 def test_a_credential_in_plain_headers_is_refused_at_definition(tmp_path):
