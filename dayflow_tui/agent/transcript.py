@@ -7,7 +7,7 @@ error code, item count) without interpreting any of the content.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..money.cost import Cost, step_cost
