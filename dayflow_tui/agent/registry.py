@@ -131,8 +131,9 @@ def what_changed(before: dict, after: dict) -> list[str]:
     changes += [f"MCP server {name}'s settings" for name in sorted(set(old_servers) | set(new_servers))
                 if old_servers.get(name) != new_servers.get(name)]
     old_mcp, new_mcp = before.get("mcp_tools") or {}, after.get("mcp_tools") or {}
-    changes += [f"tool {name}'s MCP annotations" for name in sorted(set(old_mcp) & set(new_mcp))
-                if old_mcp[name] != new_mcp[name]]
+    # A tool the run knew whose recorded hints differ (or were not recorded: a run started before they were).
+    changes += [f"tool {name}'s MCP annotations" for name in sorted(set(new_mcp) & set(old))
+                if old_mcp.get(name) != new_mcp[name]]
     return changes or ["its definition"]
 
 

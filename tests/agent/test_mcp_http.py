@@ -409,3 +409,5 @@ def test_a_changed_hint_or_server_setting_is_named_when_a_resume_is_refused():
              "mcp_servers": {"counting": {"url": "http://127.0.0.1:2/mcp"}}}
     assert what_changed(before, after) == ["MCP server counting's settings", "tool counting__send's MCP annotations"]
     assert what_changed(before, before) == ["its definition"]
+    recorded_before_hints = {key: value for key, value in before.items() if key != "mcp_tools"}
+    assert what_changed(recorded_before_hints, before) == ["tool counting__send's MCP annotations"]
