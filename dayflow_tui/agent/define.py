@@ -80,6 +80,7 @@ class Tool:
     needs_approval: bool | Callable[[dict], bool] = field(default=False, compare=False)
     checks_input: bool = field(default=True, compare=False)  # False: the MCP server checks its own arguments
     server: str | None = None  # the MCP server it comes from (None: a Python function)
+    mcp_annotations: dict | None = field(default=None, compare=False)  # as the server listed them (camelCase)
     subagent: Any = field(default=None, compare=False, repr=False)  # the Agent a call hands its task to
 
     def to_api(self) -> dict:
@@ -257,7 +258,7 @@ class Agent:
     server_tools: tuple[dict, ...] = field(default=(), hash=False)
     betas: tuple[str, ...] = ()
     cache_ttl: str = "5m"
-    mcp_servers: tuple = field(default=(), hash=False)  # ``mcp.stdio(...)``: their tools join on ``connected``
+    mcp_servers: tuple = field(default=(), hash=False)  # ``mcp.stdio/http(...)``: tools join on ``connected``
     mcp_listed: bool = field(default=False, hash=False, repr=False)  # the servers' tools are in ``tools``
 
     def __post_init__(self) -> None:
@@ -359,6 +360,10 @@ class Agent:
             shape["options"] = options
         if self.mcp_servers:
             shape["mcp_servers"] = {server.name: server.describe() for server in self.mcp_servers}
+        listed = {t.name: {"server": t.server, "annotations": t.mcp_annotations or {}}
+                  for t in self.tools if t.server is not None}
+        if listed:  # the hints as the server gave them: recorded in the run, shown by the dashboard
+            shape["mcp_tools"] = listed
         return shape
 
     def connected(self) -> "Agent":
@@ -373,7 +378,8 @@ class Agent:
             for listed in mcp_servers.list_tools(server):
                 found.append(Tool(listed.offered_name, listed.description, listed.input_schema,
                                   _mcp_caller(server, listed.name), listed.kind, None, False,
-                                  listed.needs_approval, checks_input=False, server=server.name))
+                                  listed.needs_approval, checks_input=False, server=server.name,
+                                  mcp_annotations=listed.annotations))
         return dataclasses.replace(self, tools=self.tools + tuple(found), mcp_listed=True)
 
 

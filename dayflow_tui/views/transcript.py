@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from ..agent.transcript import StepView, attach_decisions, build_steps
+from .mcp_tools import mcp_hints_text, recorded_mcp_tools
 from ..testhook import pause_point
 from ..store.models import Run
 
@@ -65,12 +66,26 @@ def read_transcript(store, run_id: str, *, known: tuple[tuple[int, bool], ...] =
             steps = tuple((row.n, row.tool_results is not None) for row in everything)
             views = build_steps(everything, run.model)
         attach_decisions(views, decided)
+        attach_mcp(views, run)
     from .pending import pending_calls
     from .run_tree import read_subtrees, roll_up
 
     tree = read_subtrees(store, [run])[run.id]
     return TranscriptRead(now, run, steps, views, changed or bool(decided), pending_calls(run, decided),
                           tree.child_for_call(), roll_up(tree) if tree.children else None)
+
+
+def attach_mcp(views: Sequence[StepView], run: Run) -> None:
+    """Give each call of an MCP tool its server and its recorded hints (the run's ``agent_shape``)."""
+    listed = recorded_mcp_tools(run)
+    if not listed:
+        return
+    hints = {name: mcp_hints_text(facts) for name, facts in listed.items()}
+    for view in views:
+        for call in view.calls:
+            facts = listed.get(call.name)
+            if facts is not None:
+                call.server, call.hints = facts["server"], hints[call.name]
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ def call_heading(call: ToolCall) -> Content:
     decided = ""
     if call.decision and not call.decision.startswith("waiting"):
         decided = f"  ·  {call.decision}"  # who approved or denied it, where and when
+    server = f"  ·  MCP server {call.server}" if call.server else ""
     return Content.assemble("→ ", (printable(call.name), "bold"), "  ", (printable(call.outcome), outcome_style),
-                            count, (printable(decided), "italic dim"))
+                            count, (printable(server), "$text-accent"), (printable(decided), "italic dim"))
 
 
 class PayloadFold(Collapsible):
@@ -98,6 +99,8 @@ class ToolCallView(Vertical):
         yield Static(call_heading(self.call), classes="tool-call-title")
         if self.child is not None:
             yield Static(child_line(self.child), classes="subagent-run")
+        if self.call.hints:  # what the MCP server said of the tool, and what that let a crash or a person do
+            yield Static(_text(self.call.hints, "italic $text-muted"), classes="tool-hints")
         yield Static(_text(self.call.pretty_input()), classes="tool-args")
         if self.call.result is not None:
             payload = self.call.pretty_result()
