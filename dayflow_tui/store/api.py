@@ -153,6 +153,10 @@ class Store:
                                        budget_usd=budget_usd, approval_tools=approval_tools, agent=agent,
                                        priority=priority)
 
+    def subagent_runs(self, run_id: str) -> list[Run]:
+        """The runs ``run_id``'s calls started (its subagents' runs; its forks are not among them), oldest first."""
+        return runs.subagent_runs(self, run_id)
+
     def get_run(self, run_id: str) -> Run:
         """The run with this id, or the one run whose id starts with it (4 characters or more); else RunNotFound."""
         return runs.get_run(self, run_id)
