@@ -23,7 +23,7 @@ from ..redaction import redact_and_cut
 from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool,
                      refuse_imported, step_blocks, still_refused)
 from ..store.retry import patience
-from . import brief, request, telemetry
+from . import brief, request, subagents, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
 from .streaming import OnDelta
 from .budget import check_dollar_budget, previous_call
@@ -33,6 +33,7 @@ from .events import DEFAULT_MAX_STEPS, OnStep, RunResult, StepEvent, check_watch
 from .messages import add_assistant_turn, messages_and_lengths
 from .registry import agent_columns, agent_for_run
 from .replies import storable_text
+from .tools import ToolContext
 
 DEFAULT_TASK = brief.TASK
 __all__ = ["DEFAULT_MAX_STEPS", "DEFAULT_TASK", "default_compact_at", "default_model", "queue_brief", "resume",
@@ -188,10 +189,16 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
                          validated=validated)
 
 
-def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None) -> RunResult:
+def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None,
+                  above: tuple[Lease, ...] = ()) -> RunResult:
     """Drive a run this process holds the lease of with ``agent`` (a subagent's run, started by its parent's
-    call: ``subagents.py``)."""
-    return _drive_leased(store, run_id, lease, client=client, agent=agent)
+    call: ``subagents.py``); ``above`` are its parents' leases (their cancel stops it)."""
+    return _drive_leased(store, run_id, lease, client=client, agent=agent, above=above)
+
+
+def hand_over(ctx: ToolContext, agent: Agent, task: str, handback: str) -> str:
+    """A subagent's call (``ToolContext.hand_over``): its child run started, resumed or read, and driven here."""
+    return subagents.run_child(ctx, agent, task, handback, drive=drive_claimed)
 
 
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
@@ -281,6 +288,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
                              run.output_tokens, 0, run.step_count, reason)
         steps, messages, lengths = _history(store, run, validated)
         driver = Driver(store, run_id, lease, **options)
+        driver.ctx.hand_over = hand_over  # a subagent's call drives its child run through this module
         if driver.client is None:
             driver.client = request.make_client(run.model)
         store.mark_running(run_id, lease)
