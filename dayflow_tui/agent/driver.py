@@ -33,7 +33,7 @@ from .replies import BadReply, normalise, storable_raw, storable_text
 from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .streaming import OnDelta, ReplyDelta, StreamBroken
-from .subagents import side_by_side
+from .subagents import call_gate, side_by_side
 from .tools import CallPaused, ToolContext, cut_off_results
 
 OVERFLOWED = "model_context_window_exceeded"
@@ -81,6 +81,9 @@ class Driver:
         self.spend = Spend(replayed=Cost())
         self.tree_stop: str | None = None  # a subagent of the last step stopped on the tree's dollar budget
         self.ticket: tuple[TreeBudget, int | None] | None = None  # the call in flight's reservation in its tree
+        # A run of a tree (a parent, a subagent's run): one paid call of the tree in flight at a time.
+        self.gate = (call_gate(store, self.run) if self.run.parent_call_id or self._has_subagents() else None)
+        self.holding_gate = False
 
     def emit(self, event: StepEvent) -> None:
         if self.on_step is not None:
@@ -177,6 +180,9 @@ class Driver:
             tree, ticket = self.ticket
             self.ticket = None
             tree.settle(ticket)
+        if self.holding_gate:
+            self.holding_gate = False
+            self.gate.release()
 
     def _drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
                replayed: int, lengths: list[int | None] | None) -> RunResult:
@@ -202,6 +208,11 @@ class Driver:
                 body["max_tokens"] = limits_for(run.model).sendable(max(body["max_tokens"], RETRY_MAX_TOKENS))
                 self.cut_off_call = False
             reply_cap: int | None = None
+            if self.gate is not None:
+                # Held until the reply is committed (``_settle``): the tree's budget is judged on what its other
+                # runs committed, and a death loses one call of the tree at most.
+                self.gate.acquire()
+                self.holding_gate = True
             if run.budget_usd is not None:
                 call = estimate.predict(body, self.spend.previous, expected_output_tokens=estimate.expected_output(
                     self.spend.largest_output, MAX_TOKENS))

@@ -24,8 +24,8 @@ waits for a person pauses the call (``CallPaused``): the parent waits too, and t
 child queues the parent again. A child stopped by the tree's dollar budget stops the parent ``budget``
 (``budget.TreeBudget``). A child that stops any other way (failed, cancelled) is the tool's error saying so
 and naming the child. Several subagent calls of one reply run side by side (``side_by_side``), each in its
-own thread with its own connection and lease. The invariant holds over the tree: each child's calls are its
-own committed steps, plus at most one per death.
+own thread with its own connection and lease; their paid calls take turns (``call_gate``), so the
+invariant holds over the tree: calls <= committed steps + deaths.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from .tools import CallPaused, ToolContext
 
 BUSY_WAIT_S = 0.5  # a child another process drives (a worker took it): its end is waited for, this often
 
-__all__ = ["SubagentStopped", "SubtreeWaiting", "run_child", "side_by_side", "tool_from_agent"]
+__all__ = ["SubagentStopped", "SubtreeWaiting", "call_gate", "run_child", "runs_above", "side_by_side",
+           "tool_from_agent", "waiting_below"]
 
 
 class SubagentStopped(Exception):
@@ -151,6 +152,42 @@ def side_by_side(ctx: ToolContext, calls: list[dict], answer: Callable[[ToolCont
         raise raised[(failing or sorted(raised))[0]]
     return [results[i] for i in range(len(calls))]
 
+
+def runs_above(store: Store, run: Any) -> list[Any]:
+    """The runs over a subagent's run, its parent first and the tree's root last (empty for a run alone)."""
+    above = []
+    while run.parent_id is not None and run.parent_call_id is not None:
+        run = store.get_run(run.parent_id)
+        above.append(run)
+    return above
+
+
+def waiting_below(store: Store, run_id: str) -> list[Any]:
+    """The subagents' runs under ``run_id`` that wait for a person (the tree waits on them), nearest first."""
+    found, frontier = [], [run_id]
+    while frontier:
+        children = [child for parent in frontier for child in store.subagent_runs(parent)]
+        found += [child for child in children if child.status == RunStatus.WAITING.value]
+        frontier = [child.id for child in children]
+    return found
+
+
+def call_gate(store: Store, run: Any) -> threading.Lock:
+    """The lock a tree's runs hold from a paid call's start to its reply's commit, one call at a time.
+
+    Children side by side overlap in everything else (their tools, their commits, a child waiting for a
+    person); their paid calls take turns. A kill -9 of the process then loses at most the one call in
+    flight, so the tree keeps the invariant: calls <= committed steps + deaths.
+    """
+    root = run
+    while root.parent_id is not None and root.parent_call_id is not None:
+        root = store.get_run(root.parent_id)
+    with _GATES_LOCK:
+        return _GATES.setdefault(root.id, threading.Lock())
+
+
+_GATES: dict[str, threading.Lock] = {}
+_GATES_LOCK = threading.Lock()
 
 _ENDED = {RunStatus.DONE.value, RunStatus.FAILED.value, RunStatus.BUDGET.value, RunStatus.CANCELLED.value,
           RunStatus.WAITING.value}

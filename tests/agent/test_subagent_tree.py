@@ -1,0 +1,210 @@
+"""Durable subagents as a tree (issue #27): ``Agent(subagents=...)``, the summary handback, children side by
+side through a kill -9, the tree's dollar budget, approvals inside a child, and a parent's cancel.
+
+Calls are counted at the loopback API; crashes are kill -9 of the real ``dayflow`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from decimal import Decimal
+
+import pytest
+
+from dayflow_tui.agent.define import Agent, ToolDefinitionError, tool
+from dayflow_tui.agent.subagents import tool_from_agent
+from dayflow_tui.money.cost import run_cost, step_cost
+from dayflow_tui.store import open_store, step_blocks
+
+from ..conftest import dayflow_cmd
+from ..loopback_api import LoopbackAPI, message_reply
+from ..reliability_helpers import cli_env
+
+MODEL = "claude-loopback-1"
+
+TREE_FILE = '''
+import json
+import time
+from pathlib import Path
+
+from dayflow_tui import Agent, tool
+
+HERE = Path(__file__).parent
+
+
+@tool(read_only=True)
+def lookup(city: str) -> dict:
+    """Today's weather in a city."""
+    # A barrier: the first lookup of each child waits (up to 60 s) until the other child has looked up too,
+    # so the answer says whether the two children were running at the same time.
+    (HERE / f"arrived-{city}").write_text("1")
+    deadline = time.monotonic() + 60
+    while not all((HERE / f"arrived-{c}").exists() for c in ("Lisbon", "Porto")):
+        if time.monotonic() > deadline:
+            return {"ok": True, "city": city, "together": False}
+        time.sleep(0.05)
+    return {"ok": True, "city": city, "sky": "dry", "together": True}
+
+
+@tool
+def note(text: str) -> dict:
+    """Write a note down."""
+    with open(HERE / "notes.txt", "a") as fh:
+        fh.write(text + "\\n")
+    return {"ok": True, "noted": text}
+
+
+researcher = Agent(name="researcher", system="Find the facts with lookup.", tools=(lookup,), max_steps=8)
+critic = Agent(name="critic", system="Check the facts with lookup.", tools=(lookup,), max_steps=8,
+               handback="summary")
+agent = Agent(name="writer", system="Write the answer; ask the researcher and the critic at once.",
+              tools=(note,), subagents=[researcher, critic], task="Should I take an umbrella?")
+'''
+
+CALLS_IN_ORDER = ["toolu_research", "toolu_note", "toolu_critic"]
+
+
+def who(body: dict) -> str:
+    system = json.dumps(body.get("system"))
+    return "researcher" if "Find the facts" in system else "critic" if "Check the facts" in system else "writer"
+
+
+def turns(body: dict) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant")
+
+
+def tree_script(handler, body):
+    """The writer asks both children and notes in one reply, then answers with their results in order; each
+    child looks up twice, then answers."""
+    name, turn = who(body), turns(body)
+    if name == "writer":
+        if turn == 0:
+            return message_reply([
+                {"type": "text", "text": "Asking both."},
+                {"type": "tool_use", "id": "toolu_research", "name": "researcher", "input": {"task": "Lisbon"}},
+                {"type": "tool_use", "id": "toolu_note", "name": "note", "input": {"text": "asked"}},
+                {"type": "tool_use", "id": "toolu_critic", "name": "critic", "input": {"task": "Porto"}}],
+                "tool_use")(handler, body)
+        results = body["messages"][-1]["content"]
+        order = ",".join(r["tool_use_id"] for r in results)
+        return message_reply([{"type": "text", "text": f"order={order}"}])(handler, body)
+    city = "Lisbon" if name == "researcher" else "Porto"
+    if turn < 2:
+        return message_reply([{"type": "tool_use", "id": f"toolu_{name}_{turn}", "name": "lookup",
+                               "input": {"city": city}}], "tool_use")(handler, body)
+    together = all(json.loads(r["content"])["together"] for m in body["messages"] if m["role"] == "user"
+                   and isinstance(m["content"], list) for r in m["content"] if r.get("type") == "tool_result")
+    return message_reply([{"type": "text", "text": f"{city} is dry (together={together})."}])(handler, body)
+
+
+def _tree(db_target):
+    store = open_store(db_target)
+    try:
+        runs = [store.get_run(r.id) for r in store.list_runs(limit=100)]
+        by_id = {r.id: r for r in runs}
+        (root,) = [r for r in runs if r.parent_id is None]
+        children = {r.agent: r for r in runs if r.parent_id == root.id}
+        steps = {r.id: store.steps(r.id) for r in runs}
+        costs = {r.id: run_cost(store, r.id).total for r in runs}
+        return root, children, steps, costs, by_id
+    finally:
+        store.close()
+
+
+def _run(args, env, timeout=120):
+    return subprocess.run(dayflow_cmd(*args), env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+# -- 1. Agent(subagents=...) and the handback ---------------------------------------------------------------
+
+def _lookup_tool():
+    @tool(read_only=True)
+    def lookup(city: str) -> dict:
+        """Weather."""
+        return {"ok": True}
+
+    return lookup
+
+
+def test_subagents_are_tools_named_after_them_the_same_as_tool_from_agent_and_in_the_fingerprint():
+    researcher = Agent(name="researcher", system="Find facts.", tools=(_lookup_tool(),))
+    writer = Agent(name="writer", system="Write.", subagents=[researcher])
+    by_hand = Agent(name="writer", system="Write.", tools=(tool_from_agent(researcher),))
+    assert [t.name for t in writer.tools] == ["researcher"] and writer.tools[0].subagent is researcher
+    assert writer.fingerprint() == by_hand.fingerprint()
+    summary = Agent(name="writer", system="Write.", subagents=[Agent(name="researcher", system="Find facts.",
+                                                                     tools=(_lookup_tool(),), handback="summary")])
+    assert summary.fingerprint() != writer.fingerprint()  # what the parent is told is part of what a resume checks
+    assert summary.fingerprint() == Agent(name="writer", system="Write.", tools=(
+        tool_from_agent(researcher, handback="summary"),)).fingerprint()
+    with pytest.raises(ToolDefinitionError, match=r"two tools share a name \(researcher"):
+        Agent(name="writer", system="Write.", subagents=[researcher, researcher])
+    with pytest.raises(ToolDefinitionError, match="handback must be one of final, summary"):
+        Agent(name="critic", system="Check.", handback="everything")
+    with pytest.raises(ToolDefinitionError, match="is not a dayflow Agent"):
+        Agent(name="writer", system="Write.", subagents=["researcher"])
+
+
+# -- 2. children side by side, through a kill -9 ---------------------------------------------------------
+
+def test_two_children_run_side_by_side_and_a_kill_resumes_both_with_results_in_call_order(tmp_path):
+    (tmp_path / "writer.py").write_text(TREE_FILE)
+    ref, db = f"{tmp_path / 'writer.py'}:agent", tmp_path / "dayflow.db"
+    with LoopbackAPI() as api:
+        api.planned = {n: tree_script for n in range(1, 40)}
+        child_calls = []
+        killed = threading.Event()
+
+        def on_request(number: int) -> None:
+            if who(api.requests[number - 1]) != "writer":
+                child_calls.append(number)
+                if len(child_calls) == 3:  # both children exist, neither can be done: the kill lands here
+                    killed.set()
+
+        api.on_request = on_request
+        api.delay = 1.0  # each call in flight long enough for the kill to land inside it
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        proc = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", str(db)), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            assert killed.wait(90), proc.communicate(timeout=5)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        api.delay = 0.0
+        calls_at_kill = api.calls
+        root, children, steps, _costs, _runs = _tree(db)
+        assert set(children) == {"researcher", "critic"}
+        assert all(c.status == "running" for c in children.values())  # both interrupted mid-way
+        steps_at_kill = sum(len(s) for s in steps.values())
+        assert calls_at_kill == steps_at_kill + 1  # the one call in flight (the tree's calls take turns)
+
+        resumed = _run(["resume", root.id, "--db", str(db)], env)
+        assert resumed.returncode == 0, resumed.stderr
+        root2, children2, steps2, _costs, runs2 = _tree(db)
+        assert len(runs2) == 3 and {c.id for c in children2.values()} == {c.id for c in children.values()}
+        assert root2.status == "done" and all(c.status == "done" for c in children2.values())
+        # The results went back in the reply's tool_use order; the plain note ran once.
+        assert root2.final_text == "order=" + ",".join(CALLS_IN_ORDER)
+        first = step_blocks(steps2[root2.id][0], "tool_results")
+        assert [r["tool_use_id"] for r in first] == CALLS_IN_ORDER
+        assert (tmp_path / "notes.txt").read_text() == "asked\n"
+        # Each child's first lookup waited for the other's: they ran at the same time.
+        assert "together=True" in children2["researcher"].final_text
+        critic_result = first[2]["content"]  # handback="summary": the critic's transcript, compacted
+        assert critic_result.startswith(f"The critic agent's run {children2['critic'].id} (3 step(s)), compacted:")
+        assert 'Step 1:\n- called lookup {"city":"Porto"} -> ok' in critic_result
+        assert "Porto is dry (together=True)." in critic_result
+        assert first[0]["content"] == "Lisbon is dry (together=True)."  # handback="final"
+        steps_total = sum(len(s) for s in steps2.values())
+        assert steps_total == 2 + 3 + 3
+        assert api.calls == steps_total + 1  # over the tree: calls <= committed steps + deaths, deaths = 1
+        print(f"\nMEASURED side-by-side kill: calls={api.calls} steps={steps_total} deaths=1 "
+              f"(at the kill: calls={calls_at_kill} steps={steps_at_kill})")
