@@ -158,15 +158,16 @@ def _reserved(root_id: str) -> Decimal:
     return sum(_RESERVED.get(root_id, {}).values(), Decimal(0))
 
 
-def tree_budget(store: Store, run: Any) -> TreeBudget | None:
-    """The dollar budget shared by ``run``'s tree, when it is a subagent's run or has subagents and its root
-    has a budget; None otherwise (a run alone keeps to its own ``budget_usd`` as before)."""
+def tree_budget(store: Store, run: Any, *, alone_too: bool = False) -> TreeBudget | None:
+    """The dollar budget shared by ``run``'s tree, when it is a subagent's run or has subagents (or
+    ``alone_too``: is about to have one) and its root has a budget; None otherwise (a run alone keeps to its
+    own ``budget_usd`` as before)."""
     root = run
     while root.parent_id is not None and root.parent_call_id is not None:
         root = store.get_run(root.parent_id)
     if root.budget_usd is None:
         return None
-    if root is run and not store.subagent_runs(run.id):
+    if root is run and not alone_too and not store.subagent_runs(run.id):
         return None
     return TreeBudget(store, root, Decimal(root.budget_usd))
 

@@ -157,7 +157,9 @@ class Driver:
         if not ids:
             return None
         for child in self.store.subagent_runs(self.run.id):
-            if child.parent_call_id in ids and child.status == RunStatus.BUDGET.value:
+            # ``budget`` also ends a run at its step limit, the child's own affair: only money stops the tree.
+            if (child.parent_call_id in ids and child.status == RunStatus.BUDGET.value
+                    and "dollar budget" in (child.error or "")):
                 return (f"the tree's dollar budget was reached in its subagent's run {child.id}"
                         + (f" ({child.error})" if child.error else ""))
         return None
@@ -213,23 +215,24 @@ class Driver:
                 # runs committed, and a death loses one call of the tree at most.
                 self.gate.acquire()
                 self.holding_gate = True
-            if run.budget_usd is not None:
+            tree = tree_budget(self.store, run) if run.parent_call_id or self._has_subagents() else None
+            if run.budget_usd is not None or tree is not None:
                 call = estimate.predict(body, self.spend.previous, expected_output_tokens=estimate.expected_output(
                     self.spend.largest_output, MAX_TOKENS))
+            if run.budget_usd is not None:
                 verdict = dollar_verdict(run.budget_usd, self.spend.total, call)
                 if verdict.stop:
                     return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
                 if verdict.max_tokens is not None:
                     reply_cap = body["max_tokens"] = verdict.max_tokens
-                tree = tree_budget(self.store, run) if run.parent_call_id or self._has_subagents() else None
-                if tree is not None:
-                    # The budget is the tree's: its other runs' spend (and calls in flight beside this one) count.
-                    shared, ticket = tree.judge(call)
-                    if shared.stop:
-                        return self._stop("budget", shared.stop, n - 1, spent_in, spent_out, replayed)
-                    self.ticket = (tree, ticket)
-                    if shared.max_tokens is not None and shared.max_tokens < body["max_tokens"]:
-                        reply_cap = body["max_tokens"] = shared.max_tokens
+            if tree is not None:
+                # The budget is the tree's: its other runs' spend (and calls in flight beside this one) count.
+                shared, ticket = tree.judge(call)
+                if shared.stop:
+                    return self._stop("budget", shared.stop, n - 1, spent_in, spent_out, replayed)
+                self.ticket = (tree, ticket)
+                if shared.max_tokens is not None and shared.max_tokens < body["max_tokens"]:
+                    reply_cap = body["max_tokens"] = shared.max_tokens
             self.sent_max_tokens = body["max_tokens"]
             if self.client is None:
                 self.client = request.make_client(run.model)

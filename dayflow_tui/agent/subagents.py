@@ -76,7 +76,7 @@ def run_child(ctx: ToolContext, agent: Agent, task: str, handback: str, *,
     parent = store.get_run(ctx.run_id)
     ref = f"{parent.agent_ref}>{agent.name}" if parent.agent_ref else None
     agent = agent.connected()
-    tree = tree_budget(store, parent)
+    tree = tree_budget(store, parent, alone_too=True)
     share = tree.left() if tree is not None else None  # the child's share: what the tree has left now
     child, lease = store.create_child_run(parent.id, ctx.call_id, task, model=agent.model or parent.model,
                                           max_steps=agent.max_steps, agent=agent_columns(agent, ref),

@@ -208,3 +208,141 @@ def test_two_children_run_side_by_side_and_a_kill_resumes_both_with_results_in_c
         assert api.calls == steps_total + 1  # over the tree: calls <= committed steps + deaths, deaths = 1
         print(f"\nMEASURED side-by-side kill: calls={api.calls} steps={steps_total} deaths=1 "
               f"(at the kill: calls={calls_at_kill} steps={steps_at_kill})")
+
+
+# -- 4. approvals inside a child make the tree wait -------------------------------------------------------
+
+WAIT_FILE = '''
+from pathlib import Path
+
+from dayflow_tui import Agent, tool
+
+HERE = Path(__file__).parent
+
+
+@tool(needs_approval=True)
+def send(to: str) -> dict:
+    """Send the forecast to someone."""
+    with open(HERE / "sent.txt", "a") as fh:
+        fh.write(to + "\\n")
+    return {"ok": True, "sent": to}
+
+
+researcher = Agent(name="researcher", system="Find the facts, then send them.", tools=(send,))
+agent = Agent(name="writer", system="Write the answer; ask the researcher.", subagents=[researcher],
+              task="Tell Ana the forecast.")
+'''
+
+
+def wait_script(handler, body):
+    name, turn = ("writer" if "Write the answer" in json.dumps(body.get("system")) else "researcher"), turns(body)
+    if name == "writer" and turn == 0:
+        return message_reply([{"type": "tool_use", "id": "toolu_ask", "name": "researcher",
+                               "input": {"task": "tell Ana"}}], "tool_use")(handler, body)
+    if name == "researcher" and turn == 0:
+        return message_reply([{"type": "tool_use", "id": "toolu_send", "name": "send",
+                               "input": {"to": "ana@example.com"}}], "tool_use")(handler, body)
+    last = body["messages"][-1]["content"][0]["content"]
+    return message_reply([{"type": "text", "text": f"{name} done: {last}"}])(handler, body)
+
+
+def test_a_child_waiting_for_approval_makes_the_tree_wait_and_resume_of_the_parent_drives_it_on(
+        tmp_path, db_target):
+    (tmp_path / "writer.py").write_text(WAIT_FILE)
+    ref = f"{tmp_path / 'writer.py'}:agent"
+    with LoopbackAPI() as api:
+        api.planned = {n: wait_script for n in range(1, 20)}
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        started = _run(["run", ref, "--model", MODEL, "--db", db_target], env)
+        assert started.returncode == 0, started.stderr
+        root, children, steps, _costs, _runs = _tree(db_target)
+        child = children["researcher"]
+        assert (root.status, child.status) == ("waiting", "waiting")  # the parent waits; not the tool's error
+        assert steps[root.id][0].tool_results is None  # the parent's call has no answer yet
+        assert f"its subagent researcher (run {child.id}) waits for a decision" in started.stderr
+        assert api.calls == 2 and not (tmp_path / "sent.txt").exists()
+
+        pending = _run(["pending", "--db", db_target], env)
+        assert pending.returncode == 0, pending.stderr
+        assert f"{child.id}  step 1  send  toolu_send" in pending.stdout
+        assert f"in researcher (run {child.id}) under run {root.id}" in pending.stdout
+        listed = json.loads(_run(["pending", "--json", "--db", db_target], env).stdout)
+        assert [(p["run_id"], p["under"]) for p in listed] == [(child.id, [root.id])]
+
+        refused = _run(["resume", root.id, "--db", db_target], env)  # nothing decided yet: nothing runs
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr and api.calls == 2
+
+        approved = _run(["approve", child.id, "--queue", "--db", db_target], env)
+        assert approved.returncode == 0, approved.stderr
+        root, children, _steps, _costs, _runs = _tree(db_target)
+        assert (root.status, children["researcher"].status) == ("queued", "queued")
+
+        resumed = _run(["resume", root.id, "--db", db_target], env)
+        assert resumed.returncode == 0, resumed.stderr
+        root, children, steps, _costs, runs = _tree(db_target)
+        assert len(runs) == 2 and (root.status, children["researcher"].status) == ("done", "done")
+        assert (tmp_path / "sent.txt").read_text() == "ana@example.com\n"  # the approved call ran once
+        assert root.final_text.startswith("writer done: researcher done:")
+        steps_total = sum(len(s) for s in steps.values())
+        assert api.calls == steps_total == 4  # no committed step paid again
+
+
+# -- 3. one dollar budget over the tree -------------------------------------------------------------------
+
+BUDGET_FILE = '''
+from dayflow_tui import Agent, tool
+
+
+@tool(read_only=True)
+def lookup(city: str) -> dict:
+    """Today's weather in a city."""
+    return {"ok": True, "city": city}
+
+
+researcher = Agent(name="researcher", system="Find the facts with lookup.", tools=(lookup,), max_steps=200)
+critic = Agent(name="critic", system="Check the facts with lookup.", tools=(lookup,), max_steps=200)
+agent = Agent(name="writer", system="Write the answer; ask the researcher and the critic at once.",
+              subagents=[researcher, critic], task="Should I take an umbrella?", max_steps=200)
+'''
+
+
+def budget_script(handler, body):
+    """The children look up forever; only the budget ends them."""
+    name, turn = who(body), turns(body)
+    if name == "writer" and turn == 0:
+        return message_reply([
+            {"type": "tool_use", "id": "toolu_research", "name": "researcher", "input": {"task": "Lisbon"}},
+            {"type": "tool_use", "id": "toolu_critic", "name": "critic", "input": {"task": "Porto"}}],
+            "tool_use")(handler, body)
+    if name == "writer":
+        return message_reply([{"type": "text", "text": "an answer paid for past the budget"}])(handler, body)
+    return message_reply([{"type": "tool_use", "id": f"toolu_{name}_{turn}", "name": "lookup",
+                           "input": {"city": "Lisbon"}}], "tool_use")(handler, body)
+
+
+def test_the_parents_dollar_budget_covers_the_tree_and_stops_it_without_another_parent_call(tmp_path, db_target):
+    (tmp_path / "writer.py").write_text(BUDGET_FILE)
+    ref = f"{tmp_path / 'writer.py'}:agent"
+    budget = Decimal("0.05")
+    with LoopbackAPI() as api:
+        api.planned = {n: budget_script for n in range(1, 400)}
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        done = _run(["run", ref, "--model", "claude-sonnet-4-5", "--budget-usd", str(budget), "--db", db_target],
+                    env, timeout=300)
+        assert done.returncode == 3, done.stderr
+        root, children, steps, costs, runs = _tree(db_target)
+        assert root.status == "budget" and "tree's dollar budget" in root.error
+        assert len(steps[root.id]) == 1  # no parent call after its children ran out
+        assert {c.status for c in children.values()} == {"budget"}
+        assert all(len(steps[c.id]) > 3 for c in children.values())  # both spent from the shared budget
+        tree_spend = sum(costs.values())
+        store = open_store(db_target)
+        try:
+            dearest = max(step_cost(s, s.model).total for run_steps in steps.values() for s in run_steps)
+        finally:
+            store.close()
+        assert tree_spend <= budget + dearest  # never past the budget by more than one call's price
+        assert tree_spend <= budget  # in one process the calls in flight are reserved: not past it at all
+        assert api.calls == sum(len(s) for s in steps.values())
+        print(f"\nMEASURED tree budget: budget=${budget} spent=${tree_spend} calls={api.calls} "
+              f"(parent {len(steps[root.id])}, children {[len(steps[c.id]) for c in children.values()]})")
