@@ -346,3 +346,34 @@ def test_the_parents_dollar_budget_covers_the_tree_and_stops_it_without_another_
         assert api.calls == sum(len(s) for s in steps.values())
         print(f"\nMEASURED tree budget: budget=${budget} spent=${tree_spend} calls={api.calls} "
               f"(parent {len(steps[root.id])}, children {[len(steps[c.id]) for c in children.values()]})")
+
+
+# -- a parent's cancel stops its tree ------------------------------------------------------------------------
+
+def test_cancelling_the_parent_stops_its_children_side_by_side_before_their_next_call(tmp_path):
+    (tmp_path / "writer.py").write_text(BUDGET_FILE)  # children that look up until something stops them
+    ref, db = f"{tmp_path / 'writer.py'}:agent", tmp_path / "dayflow.db"
+    with LoopbackAPI() as api:
+        api.planned = {n: budget_script for n in range(1, 400)}
+        both = threading.Event()
+        api.on_request = lambda number: both.set() if sum(
+            1 for body in api.requests if who(body) != "writer") >= 4 else None
+        api.delay = 0.1
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        proc = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", str(db)), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        try:
+            assert both.wait(90)
+            root, _children, _steps, _costs, _runs = _tree(db)
+            cancelled = _run(["cancel", root.id, "--reason", "enough", "--db", str(db)], env)
+            assert cancelled.returncode == 0, cancelled.stderr
+            _out, err = proc.communicate(timeout=120)  # the parent's heartbeat sees it; the tree stops
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 3, err
+        root, children, steps, _costs, _runs = _tree(db)
+        assert root.status == "cancelled" and {c.status for c in children.values()} == {"cancelled"}
+        assert all(f"its parent run {root.id} was cancelled by" in c.error for c in children.values())
+        assert len(steps[root.id]) == 1  # no parent call after the cancel
+        assert api.calls == sum(len(s) for s in steps.values())  # every call made was committed
