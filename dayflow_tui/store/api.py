@@ -193,8 +193,10 @@ class Store:
 
     def cancel_run(self, run_id: str, *, by: str, reason: str | None = None) -> CancelOutcome:
         """Cancel a run once: at once if nothing drives it, else asked of its driver (``tables.cancels``);
-        CancelRefused when it has ended."""
-        return cancels.cancel_run(self, run_id, by=by, reason=reason)
+        CancelRefused when it has ended. The subagents' runs under it are cancelled with it."""
+        outcome = cancels.cancel_run(self, run_id, by=by, reason=reason)
+        cancels.cancel_below(self, outcome.run_id, by=by, reason=reason)
+        return outcome
 
     def set_title(self, run_id: str, title: str) -> bool:
         """Give the run a title (one line, 200 characters at most); False when it had that title already."""
