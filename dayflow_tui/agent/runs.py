@@ -150,6 +150,13 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     run = store.get_run(run_id)
     refuse_imported(run)  # an imported session (Claude Code's) is read-only here: said before anything else
     if lease is None:
+        if run.status == RunStatus.WAITING.value:
+            below = subagents.waiting_below(store, run.id)
+            if below and not any(row.state == "pending" for row in store.approvals(run.id)):
+                # The tree waits on a subagent's call: the decision is asked there, not of this run.
+                raise RunBusy(f"run {run.id} waits on its subagent's run {below[0].id}, whose tool call waits for a "
+                              f"decision: see `dayflow pending`, then `dayflow approve {below[0].id}`, then "
+                              f"`dayflow resume {run.id}`")
         still_refused(run)  # cancelled (or waiting for a person): said before anything is loaded or built
     if run.status != RunStatus.DONE and client is None:
         request.start_client_in_background(run.model)  # the SDK loads while the history is read and checked

@@ -271,6 +271,8 @@ def test_a_child_waiting_for_approval_makes_the_tree_wait_and_resume_of_the_pare
 
         refused = _run(["resume", root.id, "--db", db_target], env)  # nothing decided yet: nothing runs
         assert refused.returncode != 0 and "Traceback" not in refused.stderr and api.calls == 2
+        assert f"waits on its subagent's run {child.id}" in refused.stderr
+        assert f"dayflow approve {child.id}" in refused.stderr
 
         approved = _run(["approve", child.id, "--queue", "--db", db_target], env)
         assert approved.returncode == 0, approved.stderr
@@ -336,11 +338,7 @@ def test_the_parents_dollar_budget_covers_the_tree_and_stops_it_without_another_
         assert {c.status for c in children.values()} == {"budget"}
         assert all(len(steps[c.id]) > 3 for c in children.values())  # both spent from the shared budget
         tree_spend = sum(costs.values())
-        store = open_store(db_target)
-        try:
-            dearest = max(step_cost(s, s.model).total for run_steps in steps.values() for s in run_steps)
-        finally:
-            store.close()
+        dearest = max(step_cost(s, s.model).total for run_steps in steps.values() for s in run_steps)
         assert tree_spend <= budget + dearest  # never past the budget by more than one call's price
         assert tree_spend <= budget  # in one process the calls in flight are reserved: not past it at all
         assert api.calls == sum(len(s) for s in steps.values())
