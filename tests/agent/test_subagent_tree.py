@@ -152,9 +152,9 @@ def test_subagents_are_tools_named_after_them_the_same_as_tool_from_agent_and_in
 
 # -- 2. children side by side, through a kill -9 ---------------------------------------------------------
 
-def test_two_children_run_side_by_side_and_a_kill_resumes_both_with_results_in_call_order(tmp_path):
+def test_two_children_run_side_by_side_and_a_kill_resumes_both_with_results_in_call_order(tmp_path, db_target):
     (tmp_path / "writer.py").write_text(TREE_FILE)
-    ref, db = f"{tmp_path / 'writer.py'}:agent", tmp_path / "dayflow.db"
+    ref, db = f"{tmp_path / 'writer.py'}:agent", db_target
     with LoopbackAPI() as api:
         api.planned = {n: tree_script for n in range(1, 40)}
         child_calls = []
