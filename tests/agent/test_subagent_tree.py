@@ -377,3 +377,25 @@ def test_cancelling_the_parent_stops_its_children_side_by_side_before_their_next
         assert all("cancelled by" in c.error and "enough" in c.error for c in children.values())
         assert len(steps[root.id]) == 1  # no parent call after the cancel
         assert api.calls == sum(len(s) for s in steps.values())  # every call made was committed
+
+
+def test_a_reply_whose_own_call_needs_approval_runs_its_children_side_by_side_before_it_waits(tmp_path):
+    (tmp_path / "writer.py").write_text(TREE_FILE.replace("@tool\ndef note", "@tool(needs_approval=True)\ndef note"))
+    ref, db = f"{tmp_path / 'writer.py'}:agent", str(tmp_path / "dayflow.db")
+    with LoopbackAPI() as api:
+        api.planned = {n: tree_script for n in range(1, 40)}
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        started = _run(["run", ref, "--model", MODEL, "--db", db], env)
+        assert started.returncode == 0, started.stderr
+        root, children, _steps, _costs, _runs = _tree(db)
+        assert root.status == "waiting" and {c.status for c in children.values()} == {"done"}
+        assert all("together=True" in c.final_text for c in children.values())  # they ran at the same time
+        assert not (tmp_path / "notes.txt").exists()
+        pending = _run(["pending", "--db", db], env).stdout
+        assert f"{root.id}  step 1  note  toolu_note" in pending and " under run " not in pending
+        approved = _run(["approve", root.id, "--db", db], env)
+        assert approved.returncode == 0, approved.stderr
+        root, children, steps, _costs, runs = _tree(db)
+        assert root.status == "done" and root.final_text == "order=" + ",".join(CALLS_IN_ORDER)
+        assert (tmp_path / "notes.txt").read_text() == "asked\n" and len(runs) == 3
+        assert api.calls == sum(len(s) for s in steps.values()) == 2 + 3 + 3
