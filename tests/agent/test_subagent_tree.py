@@ -399,3 +399,32 @@ def test_a_reply_whose_own_call_needs_approval_runs_its_children_side_by_side_be
         assert root.status == "done" and root.final_text == "order=" + ",".join(CALLS_IN_ORDER)
         assert (tmp_path / "notes.txt").read_text() == "asked\n" and len(runs) == 3
         assert api.calls == sum(len(s) for s in steps.values()) == 2 + 3 + 3
+
+
+def test_a_kill_after_both_children_finished_resumes_the_parent_alone_with_no_child_call(tmp_path):
+    (tmp_path / "writer.py").write_text(TREE_FILE)
+    ref, db = f"{tmp_path / 'writer.py'}:agent", str(tmp_path / "dayflow.db")
+    with LoopbackAPI() as api:
+        api.planned = {n: tree_script for n in range(1, 40)}
+        last_call = threading.Event()
+        api.on_request = lambda number: last_call.set() if (
+            who(api.requests[number - 1]) == "writer" and turns(api.requests[number - 1]) == 1) else None
+        api.delay = 1.0
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        proc = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", db), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            assert last_call.wait(90)  # the parent's second call: both children are done, their answers kept
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        api.delay = 0.0
+        child_calls = sum(1 for body in api.requests if who(body) != "writer")
+        resumed = _run(["resume", _tree(db)[0].id, "--db", db], env)
+        assert resumed.returncode == 0, resumed.stderr
+        root, children, steps, _costs, runs = _tree(db)
+        assert root.status == "done" and len(runs) == 3
+        assert sum(1 for body in api.requests if who(body) != "writer") == child_calls == 6  # no child call again
+        assert api.calls == sum(len(s) for s in steps.values()) + 1 == 9  # one death, one call lost
