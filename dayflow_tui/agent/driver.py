@@ -215,6 +215,7 @@ class Driver:
                 # runs committed, and a death loses one call of the tree at most.
                 self.gate.acquire()
                 self.holding_gate = True
+                self.check_cancel()  # a cancel seen while another run of the tree was calling: no call now
             tree = tree_budget(self.store, run) if run.parent_call_id or self._has_subagents() else None
             if run.budget_usd is not None or tree is not None:
                 call = estimate.predict(body, self.spend.previous, expected_output_tokens=estimate.expected_output(
