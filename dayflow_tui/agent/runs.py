@@ -24,7 +24,7 @@ from ..redaction import redact_and_cut
 from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool,
                      refuse_imported, step_blocks, still_refused)
 from ..store.retry import patience
-from . import brief, request, telemetry
+from . import brief, request, subagents, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
 from .streaming import OnDelta
 from .budget import check_dollar_budget, previous_call
@@ -34,6 +34,7 @@ from .events import DEFAULT_MAX_STEPS, OnStep, RunResult, StepEvent, check_watch
 from .messages import add_assistant_turn, messages_and_lengths
 from .registry import agent_columns, agent_for_run
 from .replies import storable_text
+from .tools import ToolContext
 
 DEFAULT_TASK = brief.TASK
 __all__ = ["DEFAULT_MAX_STEPS", "DEFAULT_TASK", "default_compact_at", "default_model", "queue_brief", "resume",
@@ -150,6 +151,13 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     run = store.get_run(run_id)
     refuse_imported(run)  # an imported session (Claude Code's) is read-only here: said before anything else
     if lease is None:
+        if run.status == RunStatus.WAITING.value:
+            below = subagents.waiting_below(store, run.id)
+            if below and not any(row.state == "pending" for row in store.approvals(run.id)):
+                # The tree waits on a subagent's call: the decision is asked there, not of this run.
+                raise RunBusy(f"run {run.id} waits on its subagent's run {below[0].id}, whose tool call waits for a "
+                              f"decision: see `dayflow pending`, then `dayflow approve {below[0].id}`, then "
+                              f"`dayflow resume {run.id}`")
         still_refused(run)  # cancelled (or waiting for a person): said before anything is loaded or built
     if run.status != RunStatus.DONE and client is None:
         request.start_client_in_background(run.model)  # the SDK loads while the history is read and checked
@@ -188,10 +196,16 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
                          validated=validated)
 
 
-def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None) -> RunResult:
+def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None,
+                  above: tuple[Lease, ...] = ()) -> RunResult:
     """Drive a run this process holds the lease of with ``agent`` (a subagent's run, started by its parent's
-    call: ``subagents.py``)."""
-    return _drive_leased(store, run_id, lease, client=client, agent=agent)
+    call: ``subagents.py``); ``above`` are its parents' leases (their cancel stops it)."""
+    return _drive_leased(store, run_id, lease, client=client, agent=agent, above=above)
+
+
+def hand_over(ctx: ToolContext, agent: Agent, task: str, handback: str) -> str:
+    """A subagent's call (``ToolContext.hand_over``): its child run started, resumed or read, and driven here."""
+    return subagents.run_child(ctx, agent, task, handback, drive=drive_claimed)
 
 
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
@@ -297,6 +311,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
                              run.output_tokens, 0, run.step_count, reason)
         steps, messages, lengths = _history(store, run, validated)
         driver = Driver(store, run_id, lease, **options)
+        driver.ctx.hand_over = hand_over  # a subagent's call drives its child run through this module
         if driver.client is None:
             driver.client = request.make_client(run.model)
         store.mark_running(run_id, lease)

@@ -167,6 +167,10 @@ class Store:
                                        budget_usd=budget_usd, approval_tools=approval_tools, agent=agent,
                                        priority=priority)
 
+    def subagent_runs(self, run_id: str) -> list[Run]:
+        """The runs ``run_id``'s calls started (its subagents' runs; its forks are not among them), oldest first."""
+        return runs.subagent_runs(self, run_id)
+
     def get_run(self, run_id: str) -> Run:
         """The run with this id, or the one run whose id starts with it (4 characters or more); else RunNotFound."""
         return runs.get_run(self, run_id)
@@ -203,8 +207,10 @@ class Store:
 
     def cancel_run(self, run_id: str, *, by: str, reason: str | None = None) -> CancelOutcome:
         """Cancel a run once: at once if nothing drives it, else asked of its driver (``tables.cancels``);
-        CancelRefused when it has ended."""
-        return cancels.cancel_run(self, run_id, by=by, reason=reason)
+        CancelRefused when it has ended. The subagents' runs under it are cancelled with it."""
+        outcome = cancels.cancel_run(self, run_id, by=by, reason=reason)
+        cancels.cancel_below(self, outcome.run_id, by=by, reason=reason)
+        return outcome
 
     def set_title(self, run_id: str, title: str) -> bool:
         """Give the run a title (one line, 200 characters at most); False when it had that title already."""

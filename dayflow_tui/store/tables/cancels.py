@@ -23,7 +23,7 @@ from ..models import Run
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_text
 from ..status import ENDED, RunStatus
-from .runs import get_run
+from .runs import get_run, subagent_runs
 from .imported import refuse_imported
 
 if TYPE_CHECKING:
@@ -78,6 +78,20 @@ def cancel_run(store: StoreHandle, run_id: str, *, by: str, reason: str | None) 
         if won:
             return CancelOutcome(run.id, False, run.status)
     raise RunBusy(f"run {run_id} kept changing hands while it was being cancelled; try again")
+
+
+def cancel_below(store: StoreHandle, run_id: str, *, by: str, reason: str | None) -> list[CancelOutcome]:
+    """Cancel the subagents' runs under a cancelled run, each as ``cancel_run`` does (at once, or asked of
+    its driver), deepest last; a child that has ended is left as it is. A tree stops together: a waiting
+    child's call no longer waits for a decision nobody will use."""
+    outcomes = []
+    for child in subagent_runs(store, run_id):
+        try:
+            outcomes.append(cancel_run(store, child.id, by=by, reason=reason))
+        except CancelRefused:
+            pass  # ended already: nothing of it runs
+        outcomes += cancel_below(store, child.id, by=by, reason=reason)
+    return outcomes
 
 
 def _ended(run: Run) -> str:

@@ -145,6 +145,13 @@ def get_run(store: StoreHandle, run_id: str) -> Run:
 
 
 @store_call
+def subagent_runs(store: StoreHandle, run_id: str) -> list[Run]:
+    """The runs ``run_id``'s calls started (its subagents' runs, not its forks), oldest first."""
+    return list(with_clock(store, Run.select()).where(Run.parent_id == run_id, Run.parent_call_id.is_null(False))
+                .order_by(Run.created_at, Run.id))
+
+
+@store_call
 def latest_unfinished(store: StoreHandle) -> Run | None:
     """The newest run that can be resumed now (not finished, not held by a live process)."""
     candidates = (with_clock(store, Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]),

@@ -110,3 +110,21 @@ def test_a_fork_is_cancelled_and_a_fork_of_a_cancelled_run_is_a_new_run(store):
     assert fork.status == "forked" and fork.cancel_at is None
     assert not store.cancel_run(fork.id, by="ana@desk").asked
     assert store.get_run(fork.id).status == "cancelled"
+
+
+def test_a_cancelled_parent_cancels_the_subagents_runs_under_it_and_leaves_ended_ones(store):
+    parent, lease = held_run(store, "canctree0001")
+    store.append_step(parent.id, reply(1, tool=call("toolu_a", "researcher", task="x")), lease=lease)
+    waiting, child_lease = store.create_child_run(parent.id, "toolu_a", "x", model="offline")
+    store.append_step(waiting.id, reply(1, tool=call("tu_c", "send_mail", to="a@example.com")), lease=child_lease)
+    store.wait_for_approval(waiting.id, 1, [CallToAsk("tu_c", "send_mail", {"to": "a@example.com"}, waits=True)],
+                            child_lease)
+    finished, done_lease = store.create_child_run(parent.id, "toolu_b", "y", model="offline")
+    store.finish_run(finished.id, "done", final_text="y", lease=done_lease)
+    store.wait_for_approval(parent.id, 1, [CallToAsk("toolu_a", "researcher", {"task": "x"}, waits=False)], lease)
+    store.cancel_run(parent.id, by="ana@desk", reason="enough")
+    assert store.get_run(parent.id).status == "cancelled"
+    assert store.get_run(waiting.id).status == "cancelled" and store.pending_approvals() == []
+    assert store.get_run(finished.id).status == "done"
+    with pytest.raises(DecisionRefused):
+        store.decide(waiting.id, "tu_c", approve=True, by="ann", host="h")
