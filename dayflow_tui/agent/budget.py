@@ -112,11 +112,7 @@ class TreeBudget:
 
     def spent(self) -> Cost | None:
         """What the tree's runs have committed (None: a call of theirs has no price)."""
-        ids, frontier = [self.root_id], [self.root_id]
-        while frontier:
-            found = [child.id for run_id in frontier for child in self.store.subagent_runs(run_id)]
-            ids += found
-            frontier = found
+        ids = [self.root_id] + [child.id for child in self.store.runs_below(self.root_id)]
         return add_costs(cost.cost for cost in run_costs(self.store, ids).values())
 
     def left(self) -> Decimal | None:

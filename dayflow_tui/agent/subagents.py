@@ -164,12 +164,7 @@ def runs_above(store: Store, run: Any) -> list[Any]:
 
 def waiting_below(store: Store, run_id: str) -> list[Any]:
     """The subagents' runs under ``run_id`` that wait for a person (the tree waits on them), nearest first."""
-    found, frontier = [], [run_id]
-    while frontier:
-        children = [child for parent in frontier for child in store.subagent_runs(parent)]
-        found += [child for child in children if child.status == RunStatus.WAITING.value]
-        frontier = [child.id for child in children]
-    return found
+    return [child for child in store.runs_below(run_id) if child.status == RunStatus.WAITING.value]
 
 
 def call_gate(store: Store, run: Any) -> threading.Lock:

@@ -169,7 +169,11 @@ class Store:
 
     def subagent_runs(self, run_id: str) -> list[Run]:
         """The runs ``run_id``'s calls started (its subagents' runs; its forks are not among them), oldest first."""
-        return runs.subagent_runs(self, run_id)
+        return runs.subagents_of(self, [run_id]).get(run_id, [])
+
+    def runs_below(self, run_id: str) -> list[Run]:
+        """Every subagent run under ``run_id``, to any depth, nearest first (one query per level)."""
+        return runs.runs_below(self, run_id)
 
     def get_run(self, run_id: str) -> Run:
         """The run with this id, or the one run whose id starts with it (4 characters or more); else RunNotFound."""
@@ -429,7 +433,7 @@ class Store:
 
     def subagents_of(self, run_ids: list[str]) -> dict[str, list[Run]]:
         """Each of these runs' subagent runs (``parent_call_id`` set), oldest first; forks are not among them."""
-        return forks.subagents_of(self, run_ids)
+        return runs.subagents_of(self, run_ids)
 
     def run_resumes(self, run_id: str) -> list[RunResume]:
         """Where each resume of the run began, oldest first."""

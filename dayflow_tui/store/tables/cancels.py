@@ -23,7 +23,7 @@ from ..models import Run
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_text
 from ..status import ENDED, RunStatus
-from .runs import get_run, subagent_runs
+from .runs import get_run, subagents_of
 from .imported import refuse_imported
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def cancel_below(store: StoreHandle, run_id: str, *, by: str, reason: str | None
     its driver), deepest last; a child that has ended is left as it is. A tree stops together: a waiting
     child's call no longer waits for a decision nobody will use."""
     outcomes = []
-    for child in subagent_runs(store, run_id):
+    for child in subagents_of(store, [run_id]).get(run_id, []):
         try:
             outcomes.append(cancel_run(store, child.id, by=by, reason=reason))
         except CancelRefused:

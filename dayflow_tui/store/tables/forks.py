@@ -214,20 +214,3 @@ def forks_of(store: "StoreHandle", run_ids: list[str]) -> dict[str, list[Run]]:
     for run in Run.select().where(Run.parent_id.in_(run_ids)).order_by(Run.created_at, Run.id):
         found.setdefault(run.parent_id, []).append(run)
     return found
-
-
-@store_call
-def subagents_of(store: "StoreHandle", run_ids: list[str]) -> dict[str, list[Run]]:
-    """Each of these runs' subagent runs (started by one of its tool calls), oldest first; forks left out."""
-    found: dict[str, list[Run]] = {}
-    ids = list(dict.fromkeys(run_ids))
-    for start in range(0, len(ids), SUBAGENT_BATCH):  # a long IN list in chunks (SQLite's variable limit)
-        chunk = ids[start:start + SUBAGENT_BATCH]
-        query = (Run.select().where(Run.parent_id.in_(chunk) & Run.parent_call_id.is_null(False))
-                 .order_by(Run.created_at, Run.id))
-        for run in query:
-            found.setdefault(run.parent_id, []).append(run)
-    return found
-
-
-SUBAGENT_BATCH = 500

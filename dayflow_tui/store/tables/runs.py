@@ -145,10 +145,31 @@ def get_run(store: StoreHandle, run_id: str) -> Run:
 
 
 @store_call
-def subagent_runs(store: StoreHandle, run_id: str) -> list[Run]:
-    """The runs ``run_id``'s calls started (its subagents' runs, not its forks), oldest first."""
-    return list(with_clock(store, Run.select()).where(Run.parent_id == run_id, Run.parent_call_id.is_null(False))
-                .order_by(Run.created_at, Run.id))
+def subagents_of(store: StoreHandle, run_ids: list[str]) -> dict[str, list[Run]]:
+    """Each of these runs' subagent runs (started by one of its tool calls), oldest first; forks left out."""
+    found: dict[str, list[Run]] = {}
+    ids = list(dict.fromkeys(run_ids))
+    for start in range(0, len(ids), SUBAGENT_BATCH):  # a long IN list in chunks (SQLite's variable limit)
+        chunk = ids[start:start + SUBAGENT_BATCH]
+        query = (with_clock(store, Run.select()).where(Run.parent_id.in_(chunk) & Run.parent_call_id.is_null(False))
+                 .order_by(Run.created_at, Run.id))
+        for run in query:
+            found.setdefault(run.parent_id, []).append(run)
+    return found
+
+
+SUBAGENT_BATCH = 500
+
+
+def runs_below(store: StoreHandle, run_id: str) -> list[Run]:
+    """Every subagent run under ``run_id`` (children, their children, ...), a level at a time, nearest first:
+    one query per level of the tree."""
+    below, frontier = [], [run_id]
+    while frontier:
+        level = [child for found in subagents_of(store, frontier).values() for child in found]
+        below += level
+        frontier = [child.id for child in level]
+    return below
 
 
 @store_call

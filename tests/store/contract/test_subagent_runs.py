@@ -34,3 +34,17 @@ def test_the_decision_that_frees_a_child_queues_the_parent_that_waited_only_on_i
     store.decide(child.id, "tu_c", approve=True, by="ann", host="h")
     assert store.get_run(child.id).status == RunStatus.QUEUED.value
     assert store.get_run(parent.id).status == RunStatus.QUEUED.value
+
+
+def test_runs_below_is_the_whole_tree_a_level_at_a_time_nearest_first(store):
+    """runs_below: children, then their children (forks anywhere left out); a leaf has nothing below it."""
+    root = store.create_run("root", model="offline", run_id="treeroot0001")
+    child, lease_c = store.create_child_run(root.id, "toolu_c", "c", model="offline")
+    grandchild, lease_g = store.create_child_run(child.id, "toolu_g", "g", model="offline")
+    store.create_run("a fork of the child", model="offline", run_id="treefork0002")
+    Run.update(parent_id=child.id).where(Run.id == "treefork0002").execute()
+    assert [r.id for r in store.runs_below(root.id)] == [child.id, grandchild.id]
+    assert [r.id for r in store.runs_below(child.id)] == [grandchild.id]
+    assert store.runs_below(grandchild.id) == []
+    store.release(lease_c)
+    store.release(lease_g)
