@@ -84,4 +84,7 @@ async def test_a_live_run_grows_on_screen_and_its_nested_agent_is_listed_under_i
         await wait_for(pilot, lambda: "└─ ↳ [otel helper]" in row(helper.id), timeout=20)
         assert "failed" in row(helper.id)
         collector.take(spans[5:])
-        await wait_for(pilot, lambda: "[otel planner]" in row(outer.id) and "done" in row(outer.id), timeout=20)
+        # Its row now begins with the tree's roll-up (a child failed below it), so the agent's new name is read
+        # off the preview of the selected run.
+        await wait_for(pilot, lambda: "done" in row(outer.id) and "✔ done  ·  planner" in screen_text(app),
+                       timeout=20)

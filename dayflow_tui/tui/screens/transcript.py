@@ -350,7 +350,8 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
     # -- showing -------------------------------------------------------------
 
     def _selected(self) -> int | None:
-        return self.query_one("#steps", OptionList).highlighted
+        found = self.query("#steps")  # asked by check_action too, which runs before compose and after dismiss
+        return found.first(OptionList).highlighted if found else None
 
     @on(OptionList.OptionHighlighted, "#steps")
     def _highlighted(self) -> None:

@@ -98,7 +98,10 @@ class ResumeControls(Screen):
         self.sync_bindings()
 
     def _draw_live(self) -> None:
-        live = self.query_one("#live", Static)
+        found = self.query("#live")
+        if not found:  # a reply's piece can come between the screen's mount and the end of its compose
+            return
+        live = found.first(Static)
         run = self.run
         blocker = self.app.resume_blocker(run) if run is not None else None
         if self.app.driving == self.run_id and run is not None:
