@@ -49,6 +49,20 @@ def _key() -> str | None:
     return key if key and len(key) >= MIN_PIECE else None
 
 
+def key_fingerprint() -> str:
+    """The API key as a name for shared limits: 16 hex digits of a salted SHA-256, never the key nor a part of it.
+
+    Two processes with the same key get the same name (so they share a limit); the name cannot be turned back
+    into the key, and no piece of the key appears in it. No key (the offline model): ``"none"``.
+    """
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if not key:
+        return "none"
+    import hashlib
+
+    return hashlib.sha256(b"dayflow shared limits\0" + key.encode()).hexdigest()[:16]
+
+
 def _secrets() -> list[str]:
     """Every secret to hide, the longest first (so one that contains another goes whole)."""
     key = _key()

@@ -33,6 +33,7 @@ from .replies import BadReply, normalise, storable_raw, storable_text
 from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .streaming import OnDelta, ReplyDelta, StreamBroken
+from .shared_limits import shared_limit_for
 from .subagents import call_gate, side_by_side
 from .tools import CallPaused, ToolContext, cut_off_results
 
@@ -84,6 +85,9 @@ class Driver:
         # A run of a tree (a parent, a subagent's run): one paid call of the tree in flight at a time.
         self.gate = (call_gate(store, self.run) if self.run.parent_call_id or self._has_subagents() else None)
         self.holding_gate = False
+        # The shared limits of the run's model (settings ``limits``); None when none apply: no query then.
+        self.shared = shared_limit_for(store, self.run.model)
+        self.shared_used: int | None = None  # the tokens the committed reply used (charged when its slot frees)
 
     def emit(self, event: StepEvent) -> None:
         if self.on_step is not None:
@@ -185,6 +189,9 @@ class Driver:
         if self.holding_gate:
             self.holding_gate = False
             self.gate.release()
+        if self.shared is not None:
+            used, self.shared_used = self.shared_used, None
+            self.shared.release(used_tokens=used)
 
     def _drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
                replayed: int, lengths: list[int | None] | None) -> RunResult:
@@ -240,6 +247,9 @@ class Driver:
             know = getattr(self.client, "know_agent", None)
             if know is not None:
                 know(self.agent)
+            if self.shared is not None and not self._within_shared_limit(n, prepared.est_after):
+                # The worker stops while the call waited for its limit: released as at a step boundary, no call.
+                return self.result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
             # The commit of the reply we are about to buy must land in the file the user will look at.
             self.store.verify_same_database()
             started = time.monotonic()
@@ -253,6 +263,8 @@ class Driver:
                 raise
             except RateLimited as exc:
                 self._tell_call(n, started, "rate_limited", exc.status)
+                if self.shared is not None and exc.status == 429:
+                    self.shared.pushed_back(exc.wait_s)  # every worker of this model and key slows, not only this one
                 exc.run_id = run.id
                 self._release_backing_off(exc)
                 raise
@@ -265,6 +277,7 @@ class Driver:
             step, final = self._step_of(raw, n, prepared, duration_ms)
             tokens_in, tokens_out, blocks = step.input_tokens, step.output_tokens, step.assistant
             spent_in, spent_out = spent_in + tokens_in, spent_out + tokens_out
+            self.shared_used = tokens_in + tokens_out
             cost = price_call(step.model or run.model, step_usage(step))
             self.spend.add(cost)
             self.spend.largest_output = max(self.spend.largest_output, tokens_out)
@@ -303,6 +316,23 @@ class Driver:
             if self.crash_after_step == n:
                 raise SystemExit(f"simulated crash after step {n}")
             n += 1
+
+    def _within_shared_limit(self, n: int, tokens: int) -> bool:
+        """Wait until the shared limit lets this call start (True), or the worker stops meanwhile (False).
+
+        Nothing here calls the model. A cancel or a lost lease seen while waiting ends the wait as it would end
+        the step; a wait past ``limit_wait_s`` backs the run off like a 529 (queued again, never failed)."""
+        def check() -> None:
+            self.check_cancel()
+            if self.lease.lost:
+                raise RunBusy(f"run {self.run.id} was taken over by another process")
+
+        try:
+            return self.shared.acquire(self.lease, step=n, tokens=tokens, check=check, should_stop=self.should_stop)
+        except RateLimited as exc:
+            exc.run_id = self.run.id
+            self._release_backing_off(exc)
+            raise
 
     def _pieces_of(self, n: int) -> Callable[[int, str, str], None] | None:
         """``call_model``'s ``on_piece`` for step ``n``: each piece to ``on_delta`` (a watcher's failure is its own)."""

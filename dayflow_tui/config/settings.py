@@ -123,6 +123,14 @@ class Settings:
     # search_path), so it holds behind PgBouncer in transaction pooling, which drops a URL's
     # options=-csearch_path. None: the server's search_path (the URL's options, else public).
     schema: str | None = None
+    # Shared limits (issue #29), held in the database and kept by every worker on every host, per model and
+    # API key: {model: {"max_concurrent": N, "requests_per_minute": N, "tokens_per_minute": N}} (empty: off,
+    # and the step path asks nothing of the database). A call waits for its limit at most limit_wait_s; past
+    # that its attempt backs off as after a 529. A slot of a process that died is freed after
+    # limit_slot_expiry_s (its lease's heartbeat renews it while the process lives).
+    limits: dict[str, dict[str, int]] = field(default_factory=dict, hash=False)
+    limit_wait_s: float = 300.0
+    limit_slot_expiry_s: float = 60.0
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -231,6 +239,35 @@ def _model_table(raw: Any) -> dict[str, dict[str, Any]]:
     return table
 
 
+LIMIT_FIELDS = ("max_concurrent", "requests_per_minute", "tokens_per_minute")
+
+
+def _limit_table(raw: Any) -> dict[str, dict[str, int]]:
+    """``[limits."MODEL"]`` tables (TOML) or the same as JSON (``DAYFLOW_LIMITS``): shared limits of a model."""
+    table: dict[str, dict[str, int]] = {}
+    for name, limits in _tables_by_model(raw, '[limits."MODEL"] max_concurrent = 4, requests_per_minute = 50',
+                                         "max_concurrent = ..., requests_per_minute = ..., tokens_per_minute = ..."):
+        parsed: dict[str, int] = {}
+        for key, value in limits.items():
+            if key not in LIMIT_FIELDS:
+                raise _Problem(f'."{name}": unknown limit {str(key)[:40]!r} (known: {", ".join(LIMIT_FIELDS)})')
+            try:
+                parsed[key] = values.positive(value, most=1_000_000_000)
+            except values.BadValue as exc:
+                raise _Problem(f'."{name}" {key} {exc}') from None
+        if parsed:
+            table[name] = parsed
+    return table
+
+
+def _slot_expiry(raw: Any) -> float:
+    """A slot's expiry outlives the lease heartbeat's gap (10 s) that renews it."""
+    value = values.seconds(raw, most=values.DAY_S)
+    if value < 15:
+        raise values.BadValue("must be 15 seconds or more")
+    return value
+
+
 # setting: (environment variable, parser, what it must be). The parsers are config.values', which the
 # command line's flags use too; each raises ValueError (values.BadValue) with the reason.
 _FIELDS: dict[str, tuple[str, Any, str]] = {
@@ -286,9 +323,15 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
     "schema": ("DAYFLOW_SCHEMA", values.identifier, "a schema name (letters, digits and _)"),
     "pg_tcp_user_timeout_s": ("DAYFLOW_PG_TCP_USER_TIMEOUT", lambda raw: values.whole(raw, most=values.DAY_S),
                               "a whole number of seconds (0: the OS default)"),
+    "limits": ("DAYFLOW_LIMITS", _limit_table,
+               'tables [limits."MODEL"] of max_concurrent, requests_per_minute, tokens_per_minute (whole numbers '
+               'above 0)'),
+    "limit_wait_s": ("DAYFLOW_LIMIT_WAIT", values.seconds, "a number of seconds"),
+    "limit_slot_expiry_s": ("DAYFLOW_LIMIT_SLOT_EXPIRY", _slot_expiry,
+                            "a number of seconds from 15 (more than a heartbeat's gap) to a day"),
 }
 # Settings whose value is a table: ``[prices."MODEL"]`` is the setting ``prices``, not ``prices_MODEL``.
-_TABLES = {"prices", "models"}
+_TABLES = {"prices", "models", "limits"}
 
 
 def config_path(env: Mapping[str, str]) -> Path:

@@ -212,6 +212,13 @@ def _told(name: str, fields: dict[str, Any]) -> None:
         event(logging.DEBUG, "step.committed", f"dayflow: run {fields.get('run_id')} step {fields.get('step')} "
               f"committed in {fields.get('duration_s', 0) * 1000:.1f} ms "
               f"({fields.get('input_tokens')} in / {fields.get('output_tokens')} out)", **fields)
+    elif name == "limit.wait":
+        event(logging.INFO, "limit.wait", f"dayflow: run {fields.get('run_id')} step {fields.get('step')} waits for "
+              f"the shared limit of {fields.get('model')} ({fields.get('why')}); no call until it is free", **fields)
+    elif name == "limit.gave_up":
+        event(logging.WARNING, "limit.gave_up", f"dayflow: run {fields.get('run_id')} step {fields.get('step')}: "
+              f"the shared limit of {fields.get('model')} stayed full for {fields.get('wait_s', 0):.0f} s "
+              f"({fields.get('why')}); the run backs off and is queued again", **fields)
     elif name == "run.backoff":
         if fields.get("gave_up"):
             what = f"failed after {fields.get('attempt')} attempt(s)"

@@ -37,13 +37,15 @@ from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
 from .search.verbs import rebuild_search_index, run_search
-from .tables import (approvals, cancels, claims, database, fleet, forks, imported, resumes, runs, spend, steps, tasks,
-                     workers)
+from .tables import (approvals, cancels, claims, database, fleet, forks, imported, resumes, runs, spend, steps,
+                     tasks, workers)
 from .tables.approvals import CallToAsk
 from .tables.cancels import CancelOutcome
 from .tables.fleet import FleetStats
 from .tables.forks import ForkPlan
 from .tables.imported import FileState, ImportedRun
+from .tables import limits as limits_table
+from .tables.limits import LimitAnswer
 from .tables.spend import TokenGroup
 from .tables.steps import ReplayStep, StepRecord
 from .tables.workers import WorkerRow
@@ -384,6 +386,19 @@ class Store:
         self.index_pending(lease.run_id)
 
     # -- approvals and the per-call journal (tables/approvals.py) ----------
+
+    # -- shared limits (per model and API key fingerprint, kept by every worker) ---------------------------
+
+    def acquire_limit(self, model: str, key: str, *, limits: dict[str, int], tokens: int, run_id: str, slot: str,
+                      slot_expiry_s: float) -> LimitAnswer:
+        return limits_table.acquire_limit(self, model, key, limits=limits, tokens=tokens, run_id=run_id, slot=slot,
+                                          slot_expiry_s=slot_expiry_s)
+
+    def release_limit(self, model: str, key: str, slot: str, *, extra_tokens: int = 0) -> None:
+        limits_table.release_limit(self, model, key, slot, extra_tokens=extra_tokens)
+
+    def back_off_limit(self, model: str, key: str, *, wait_s: float, limits: dict[str, int]) -> None:
+        limits_table.back_off_limit(self, model, key, wait_s=wait_s, limits=limits)
 
     def wait_for_approval(self, run_id: str, n: int, calls: list[CallToAsk], lease: Lease) -> None:
         """Record the step's calls and stop the run ``waiting``, giving its lease up (commit window)."""

@@ -23,7 +23,7 @@ from .. import clock
 from ..config import settings
 from ..config.errors import RunBusy, RunCancelled
 from ..safe_text import printable
-from .models import Run
+from .models import LimitSlot, Run
 from .retry import store_call
 from .status import RunStatus
 
@@ -59,6 +59,9 @@ class Lease:
     # "cancelled by WHO: WHY" once a commit or a heartbeat under this lease saw a cancel asked for the run
     # (``note_cancel``): the driver starts no call and runs no tool after it, and ends the run ``cancelled``.
     cancel: str | None = None
+    # The shared-limit slot of the call in flight under this lease (``tables/limits.py``): each beat renews it,
+    # so it outlives a long call and expires soon after this process dies. None: no slot held (no query).
+    limit_slot: str | None = None
 
     def start_heartbeat(self, every: float | None = None) -> None:
         every = HEARTBEAT_EVERY_S if every is None else every
@@ -225,6 +228,9 @@ def heartbeat(store: StoreHandle, lease: Lease) -> bool:
                 .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute()) == 1
         if ours:
             note_cancel(store, lease)
+            slot = lease.limit_slot
+            if slot is not None:
+                LimitSlot.update(beat_at=store.dialect.now()).where(LimitSlot.token == slot).execute()
         return ours
 
 

@@ -20,6 +20,7 @@ from peewee import (
     CompositeKey,
     DatabaseProxy,
     DecimalField,
+    FloatField,
     ForeignKeyField,
     IntegerField,
     Model,
@@ -301,6 +302,33 @@ class Worker(BaseModel):
         table_name = "workers"
 
 
+class LimitBucket(BaseModel):
+    """One shared limit's state per (model, API key fingerprint) (``tables/limits.py``): the row every acquirer
+    locks first, so counting slots and spending the buckets is one serialised decision across hosts."""
+
+    id = CharField(primary_key=True, max_length=255)  # "MODEL KEYFINGERPRINT"
+    requests = FloatField(default=0.0)  # requests left in the minute's bucket (refilled by time)
+    tokens = FloatField(default=0.0)  # tokens left (may go below 0: a reply larger than estimated)
+    refilled_at = CharField(max_length=32)  # the database's clock when the buckets were last refilled
+    paused_until = CharField(max_length=32, null=True)  # a 429 seen by any worker: no call before this
+
+    class Meta:
+        table_name = "limit_buckets"
+
+
+class LimitSlot(BaseModel):
+    """A model call in flight under a ``max_concurrent`` limit: freed when its reply is committed, or by its
+    expiry when its process died (the lease's heartbeat renews ``beat_at`` while it lives)."""
+
+    token = CharField(primary_key=True, max_length=32)
+    bucket = CharField(max_length=255, index=True)
+    run_id = CharField(max_length=32)
+    beat_at = CharField(max_length=32)  # the database's clock at its last renewal; stale after the expiry
+
+    class Meta:
+        table_name = "limit_slots"
+
+
 class StoreMeta(BaseModel):
     """PostgreSQL only: the schema version (SQLite keeps it in ``PRAGMA user_version``)."""
 
@@ -343,5 +371,5 @@ class ImportedFile(BaseModel):
         table_name = "imported_files"
 
 
-MODELS = (Run, Step, Task, RunResume, Approval, Blob, Worker, ImportedFile)
+MODELS = (Run, Step, Task, RunResume, Approval, Blob, Worker, ImportedFile, LimitBucket, LimitSlot)
 POSTGRES_MODELS = (StoreMeta, ChangeCounter)

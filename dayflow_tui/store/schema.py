@@ -18,7 +18,8 @@ import peewee
 from .. import clock
 from ..config.errors import SchemaAhead, StoreError
 from ..testhook import schema_ahead
-from .models import MODELS, POSTGRES_MODELS, Approval, Blob, ImportedFile, Run, Step, Task, Worker
+from .models import (MODELS, POSTGRES_MODELS, Approval, Blob, ImportedFile, LimitBucket, LimitSlot, Run, Step, Task,
+                     Worker)
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
 from .tables.resumes import add_resumes_table
@@ -170,6 +171,12 @@ def _add_child_runs(store: "StoreHandle") -> None:
     add_column(store, Run, Run.parent_call_id)
 
 
+def _add_shared_limits(store: "StoreHandle") -> None:
+    """Schema 19: shared limits per model and key (``tables/limits.py``): a bucket row each, a row per call in
+    flight."""
+    store.db.create_tables([LimitBucket, LimitSlot], safe=True)
+
+
 def _next_version_probe(store: "StoreHandle") -> None:
     """Tests only (``testhook.schema_ahead``): the next Dayflow's migration, additive like every real one."""
     if "upgrade_probe" not in column_names(store, Run):
@@ -181,7 +188,8 @@ MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
                                                     _add_cancel_and_priority, _add_title, _add_call_charges,
-                                                    _add_sources, _add_blobs, _add_workers, _add_child_runs)
+                                                    _add_sources, _add_blobs, _add_workers, _add_child_runs,
+                                                    _add_shared_limits)
 if schema_ahead():
     MIGRATIONS += (_next_version_probe,)
 SCHEMA_VERSION = len(MIGRATIONS)
