@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
@@ -128,6 +129,21 @@ class Lane:
         self.streams = True  # a streaming request is answered with events (False: a whole JSON message)
         self._offline = OfflineClient(delay=0)
         self._lock = threading.Lock()
+        # Messages calls being answered right now, the most seen at once, and when each began (monotonic):
+        # what a shared limit is measured by, at the server.
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.started: list[float] = []
+
+    def enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.started.append(time.monotonic())
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     @property
     def url(self) -> str:
@@ -238,6 +254,16 @@ class LoopbackAPI(Lane):
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length))
                 lane = api.lane_for(self.path)
+                counted = lane is not None and not self.path.split("?")[0].endswith("/count_tokens")
+                if counted:
+                    lane.enter()
+                try:
+                    self.answer_post(lane, body)
+                finally:
+                    if counted:
+                        lane.leave()
+
+            def answer_post(self, lane, body: dict) -> None:
                 if lane is None:
                     planned = error_reply(404, f"no lane for {self.path}")
                 elif self.path.split("?")[0].endswith("/count_tokens"):
