@@ -15,9 +15,10 @@ that got it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ... import clock
 from ..models import LimitBucket, LimitSlot
 from ..retry import store_call
 from .database import db_now
@@ -46,7 +47,7 @@ def _at(iso_ts: str) -> datetime:
     return datetime.fromisoformat(iso_ts.replace("Z", "+00:00"))
 
 
-def _locked_bucket(store: StoreHandle, bid: str, now: str, limits: dict[str, int]) -> LimitBucket:
+def _locked_bucket(store: StoreHandle, bid: str, limits: dict[str, int]) -> LimitBucket:
     """The (model, key)'s row, locked until the transaction ends; made full the first time it is asked."""
     def locked() -> LimitBucket | None:  # a fresh query each time (a query object keeps its first result)
         return store.dialect.locked_until_commit(LimitBucket.select().where(LimitBucket.id == bid)).get_or_none()
@@ -54,7 +55,8 @@ def _locked_bucket(store: StoreHandle, bid: str, now: str, limits: dict[str, int
     row = locked()
     if row is None:
         LimitBucket.insert(id=bid, requests=float(limits.get("requests_per_minute", 0)),
-                           tokens=float(limits.get("tokens_per_minute", 0)), refilled_at=now).on_conflict_ignore().execute()
+                           tokens=float(limits.get("tokens_per_minute", 0)),
+                           refilled_at=db_now(store)).on_conflict_ignore().execute()
         row = locked()
     return row
 
@@ -69,8 +71,8 @@ def acquire_limit(store: StoreHandle, model: str, key: str, *, limits: dict[str,
     rpm = limits.get("requests_per_minute")
     tpm = limits.get("tokens_per_minute")
     with store.write_transaction():
-        now = db_now(store)
-        row = _locked_bucket(store, bid, now, limits)
+        row = _locked_bucket(store, bid, limits)
+        now = db_now(store)  # read after the lock: time spent waiting for it is not counted as refill
         if most and LimitSlot.get_or_none(LimitSlot.token == slot) is not None:
             return LimitAnswer(True)  # an earlier try committed; only its answer was lost
         at, refilled = _at(now), _at(row.refilled_at)
@@ -81,8 +83,8 @@ def acquire_limit(store: StoreHandle, model: str, key: str, *, limits: dict[str,
         if row.paused_until and row.paused_until > now:
             waits.append(((_at(row.paused_until) - at).total_seconds(), "the API pushed back (429)"))
         if most:
-            LimitSlot.delete().where(LimitSlot.bucket == bid,
-                                     LimitSlot.beat_at < db_now(store, -slot_expiry_s)).execute()
+            stale = clock.iso(at - timedelta(seconds=slot_expiry_s))
+            LimitSlot.delete().where(LimitSlot.bucket == bid, LimitSlot.beat_at < stale).execute()
             held = LimitSlot.select().where(LimitSlot.bucket == bid).count()
             if held >= most:
                 waits.append((SLOT_RECHECK_S, f"{held} of max_concurrent {most} calls in flight"))
@@ -91,11 +93,12 @@ def acquire_limit(store: StoreHandle, model: str, key: str, *, limits: dict[str,
         need = float(min(max(tokens, 0), tpm)) if tpm else 0.0
         if tpm and left < need:
             waits.append(((need - left) * 60.0 / tpm, f"tokens_per_minute {tpm} spent"))
-        stamp = max(now, row.refilled_at)
         if waits:
-            LimitBucket.update(requests=requests, tokens=left, refilled_at=stamp).where(LimitBucket.id == bid).execute()
+            # Nothing written: the refill is worked out from the row again at the next ask (a waiting fleet's asks
+            # cost reads, not writes).
             wait, why = max(waits)
             return LimitAnswer(False, max(wait, 0.05), why)
+        stamp = max(now, row.refilled_at)
         LimitBucket.update(requests=requests - 1.0 if rpm else 0.0, tokens=left - need,
                            refilled_at=stamp).where(LimitBucket.id == bid).execute()
         if most:
@@ -120,8 +123,7 @@ def back_off_limit(store: StoreHandle, model: str, key: str, *, wait_s: float, l
     buckets fill again from empty (a fleet comes back at the limit's pace, not all at once)."""
     bid = bucket_id(model, key)
     with store.write_transaction():
-        now = db_now(store)
-        row = _locked_bucket(store, bid, now, limits)
+        row = _locked_bucket(store, bid, limits)
         until = db_now(store, max(wait_s, 0.0))
         if row.paused_until and row.paused_until > until:
             until = row.paused_until
