@@ -79,6 +79,7 @@ def test_max_concurrent_2_across_4_workers_never_has_more_than_2_calls_in_flight
         finally:
             stop_all(workers)
         # Measured at the server: each worker wanted a call most of the time, so without the limit 4 were in flight.
+        print(f"measured: most in flight {api.most_in_flight}, {api.calls} calls")  # the README's figures (-s)
         assert api.most_in_flight == 2, api.most_in_flight
         assert api.calls <= steps_of(db_target, ids)  # no death: not one call more than the committed steps
     waited = [line for w in workers for line in w.lines if "waits for the shared limit" in line]
@@ -102,6 +103,7 @@ def test_requests_per_minute_is_kept_over_a_window(db_target):
             stop_all(workers)
         # Six runs of several steps each would make ~20 calls in these 25 s unlimited; the bucket allows
         # 6 + 25 s x (6 / 60 s) = 8.5.
+        print(f"measured: {in_window} calls started in the first 25 s (rpm 6)")
         assert 6 <= in_window <= 8, in_window
         assert api.calls <= steps_of(db_target, ids)
 
@@ -150,6 +152,7 @@ def test_a_429_slows_every_worker_not_just_the_one_that_got_it(db_target):
         # was answered (0.1 s after it started) still arrive; from 0.5 s on, no worker starts one for the
         # server's wait of 4 s (a margin of 1 s), then they go on.
         after = [t - pushed_back for t in api.started[4:]]
+        print(f"measured: next calls after the 429 at +{', '.join(f'{t:.2f}' for t in after[:6])} s")
         assert not [t for t in after if 0.5 < t < 3.0], after[:6]
         assert [t for t in after if t >= 3.0], after[:6]
         assert api.calls - 1 <= steps_of(db_target, ids)  # the 429 answered nothing: no step, nothing bought
