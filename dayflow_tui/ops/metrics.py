@@ -71,6 +71,11 @@ class WorkerMetrics:
                                     ["status"], registry=r)
         self.rate_limit_seconds = Counter("dayflow_rate_limit_wait_seconds", "Seconds waited for 429 and 529",
                                           ["status"], registry=r)
+        self.limit_waits = Counter("dayflow_limit_waits", "Calls that waited for a shared limit, by model and "
+                                   "result (granted, gave_up: backed off past limit_wait_s)", ["model", "result"],
+                                   registry=r)
+        self.limit_wait_seconds = Counter("dayflow_limit_wait_seconds", "Seconds calls waited for a shared limit",
+                                          ["model"], registry=r)
         self.runs = Counter("dayflow_worker_runs", "Drives this worker ended, by outcome (finished, failed, "
                             "lost, paused)", ["outcome"], registry=r)
         self.store_errors = Counter("dayflow_worker_store_errors", "Database errors a worker thread waited out",
@@ -127,6 +132,10 @@ class WorkerMetrics:
         elif name == "run.backoff":
             self.failed_attempts.labels("gave_up" if fields.get("gave_up") else "backoff").inc()
             self.backoff_seconds.inc(fields.get("backoff_s") or 0.0)
+        elif name in ("limit.waited", "limit.gave_up"):
+            model = _label(fields.get("model"))
+            self.limit_waits.labels(model, "granted" if name == "limit.waited" else "gave_up").inc()
+            self.limit_wait_seconds.labels(model).inc(max(fields.get("wait_s") or 0.0, 0.0))
         elif name == "rate_limit.wait":
             status = str(fields.get("status"))
             self.rate_limited.labels(status).inc()

@@ -68,10 +68,22 @@ def test_a_wait_never_calls_and_past_the_bound_the_run_backs_off_queued(store, c
     # Another live worker holds the only slot (its beat fresh): this run waits 1 s, then backs off.
     store.acquire_limit("offline", key_fingerprint(), limits={"max_concurrent": 1}, tokens=0, run_id="other",
                         slot="someone-elses-slot", slot_expiry_s=60)
-    with pytest.raises(RateLimited) as caught:
-        resume(run.id, store=store, client=counting_client)
+    pytest.importorskip("prometheus_client")
+    from dayflow_tui.agent import telemetry
+    from dayflow_tui.ops.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics("127.0.0.1", 0)
+    telemetry.listen(metrics.told)
+    try:
+        with pytest.raises(RateLimited) as caught:
+            resume(run.id, store=store, client=counting_client)
+    finally:
+        telemetry.unlisten(metrics.told)
     assert caught.value.status == 529 and "stayed full" in str(caught.value)
     assert counting_client.calls == 0
+    # Counted: the wait that gave up, on the worker's metrics.
+    assert metrics.registry.get_sample_value("dayflow_limit_waits_total", {"model": "offline",
+                                                                           "result": "gave_up"}) == 1
     after = store.get_run(run.id)
     assert after.status == "queued" and after.not_before is not None and after.lease_token is None
 
@@ -92,3 +104,21 @@ def test_a_cancel_seen_while_waiting_ends_the_run_with_no_call(store, counting_c
         timer.cancel()
     assert result.status == "cancelled" and counting_client.calls == 0
     assert store.get_run(run.id).status == "cancelled"
+
+
+def test_a_worker_stopping_while_a_call_waits_releases_the_run_with_no_call(store, counting_client, monkeypatch):
+    monkeypatch.setenv("DAYFLOW_LIMITS", json.dumps({"offline": {"max_concurrent": 1}}))
+    run = store.create_run("a task", model="offline")
+    store.acquire_limit("offline", key_fingerprint(), limits={"max_concurrent": 1}, tokens=0, run_id="other",
+                        slot="someone-elses-slot", slot_expiry_s=60)
+    stopping = threading.Event()
+    timer = threading.Timer(0.5, stopping.set)  # SIGTERM to the worker while the call waits for its slot
+    timer.start()
+    try:
+        resume(run.id, store=store, client=counting_client, should_stop=stopping.is_set)
+    finally:
+        timer.cancel()
+    assert counting_client.calls == 0
+    after = store.get_run(run.id)
+    assert after.lease_token is None and after.step_count == 0  # free for any worker; nothing bought
+    assert LimitSlot.select().where(LimitSlot.run_id == run.id).count() == 0
