@@ -75,10 +75,10 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
         # MCP and subagents (issue #27), met every time: the first step calls the plain MCP tool, then the
         # subagent tool. Killed inside the MCP body (the server, not killed with its client, finishes it); the
         # resume answers it outcome_unknown and runs the child, killed mid-call; the next resume resumes that
-        # child, killed once it has committed its answer, before the parent kept it; the last resume hands the
-        # answer over without a call.
+        # child, killed once it has committed its answer, before the parent kept it; the settling (a worker, a
+        # resume) hands the answer over without a call.
         ("a kill inside a plain MCP call, inside a child run, and after a child finished before its parent kept it",
          Plan(_TREE, backend, AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain")), mcp=True, subagent=True),
               (Action("start", kill=("mcp", 1, 0.5)), Action("resume", kill=("child", 1, 0.3)),
-               Action("resume", kill=("child-done", 1, 0.0)), Action("resume")))),
+               Action("resume", kill=("child-done", 1, 0.0))))),
     ]
