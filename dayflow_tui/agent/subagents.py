@@ -20,7 +20,8 @@ the call's id (``store.create_child_run``), so whatever crashes, one call has on
 The child is a run of its own (``parent_id``, ``parent_call_id``): its steps, lease, cost and transcript,
 listed under its parent. Its final text is the tool's result; a child that stops any other way (failed,
 out of budget, waiting for a person, cancelled) is the tool's error saying so and naming the child, which
-a person can resume or decide and then resume the parent. The invariant holds over the tree: each child's
+a person can resume or decide and then resume the parent. A cancel of the parent cancels its children too
+(``store.cancel_run``); a call made after the cancel was asked starts no child. The invariant holds over the tree: each child's
 calls are its own committed steps, plus at most one per death.
 """
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import time
 
 from ..config.errors import RunBusy
-from ..store import RunStatus
+from ..store import RunStatus, cancel_words
 from . import runs
 from .define import IDEMPOTENT, Agent, Tool, ToolDefinitionError
 from .registry import agent_columns
@@ -64,6 +65,11 @@ def tool_from_agent(agent: Agent, *, name: str | None = None, description: str |
 def _run_child(ctx: ToolContext, agent: Agent, task: str) -> str:
     store = ctx.store
     parent = store.get_run(ctx.run_id)
+    if parent.cancel_at is not None:
+        # Asked to stop while this step's tools ran: no child is started (a cancel finds only the children
+        # that exist when it is made; ``store.cancel_run``).
+        raise SubagentStopped(f"the {agent.name} agent was not started: this run was "
+                              f"{cancel_words(parent.cancelled_by, parent.cancel_reason)}")
     ref = f"{parent.agent_ref}>{agent.name}" if parent.agent_ref else None
     agent = agent.connected()
     child, lease = store.create_child_run(parent.id, ctx.call_id, task, model=agent.model or parent.model,
