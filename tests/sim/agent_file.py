@@ -20,8 +20,8 @@ an append-mode file: a process killed with SIGKILL leaves whole lines.
 Some agents (the plan decides) also have the real stdio MCP server ``mcp_server.py`` (``mcp.stdio("sim",
 ...)``: its ``sim__look`` read-only, ``sim__put`` idempotent and ``sim__send`` plain but auto-approved, each
 counting its calls in ``SIM_MCP_LEDGER``), and some a subagent tool ``ask_helper``
-(``tool_from_agent``): each call runs a child run of the ``helper`` agent, which itself calls a read-only
-and a plain tool (and the MCP server's tools when the parent has them), logging to the same ledger under
+(``tool_from_agent``): each call runs a child run of the ``helper`` agent, which itself calls a read-only,
+a plain and an idempotent tool (and the MCP server's tools when the parent has them), logging to the same ledger under
 the child run's id.
 """
 
@@ -37,7 +37,7 @@ MCP_SERVER = Path(__file__).with_name("mcp_server.py")
 MCP_TOOLS = ("sim__look", "sim__put", "sim__send")  # as offered: SERVER__TOOL
 MCP_PLAIN = "sim__send"
 SUBAGENT_TOOL = "ask_helper"
-CHILD_TOOLS = ("look_c", "send_c")
+CHILD_TOOLS = ("look_c", "send_c", "put_c")
 CHILD_TASK = "helper task for"  # how every child run's task begins (the scripted model writes it)
 
 _PRELUDE = '''\
@@ -64,8 +64,8 @@ def _pause():
 '''
 
 
-# The helper agent a subagent tool hands its task to: a read-only and a plain tool of its own (and the MCP
-# server's, when the parent has it), logging under the child run's id.
+# The helper agent a subagent tool hands its task to: a read-only, a plain and an idempotent tool of its own
+# (and the MCP server's, when the parent has it), logging under the child run's id.
 _HELPER = '''
 @tool(read_only=True)
 def look_c(ctx, call: str, note: str = "") -> dict:
@@ -83,8 +83,18 @@ def send_c(ctx, call: str, note: str = "") -> dict:
     return {{"ok": True, "sent": note}}
 
 
+@tool(idempotent="key")
+def put_c(ctx, call: str, key: str, note: str = "") -> dict:
+    """Make the task named by key, once (a store write inside a child run: the store faults land there)."""
+    _log("idem-start", ctx.run_id, call, key)
+    _pause()
+    task, created = ctx.store.create_task(idempotency_key="sim-" + key, title="sim " + key, run_id=ctx.run_id)
+    _log("idem-end", ctx.run_id, call, key, int(created))
+    return {{"ok": True, "created": created}}
+
+
 helper = Agent(name="helper", system="You are the simulated helper. Use your tools, then answer.",
-               tools=(look_c, send_c){servers})
+               tools=(look_c, send_c, put_c){servers})
 ask_helper = tool_from_agent(helper, name="ask_helper")
 
 '''
