@@ -237,8 +237,9 @@ def _children(world: World, snapshot: Snapshot, names: dict, kept: dict) -> list
         before = world.children.setdefault(key, ids[0])
         if before not in ids:
             problems.append(f"call {key[1]} of run {key[0]} had child run {before}, now {sorted(ids)}")
-        if names.get(key) not in (SUBAGENT_TOOL, None):
-            problems.append(f"call {key[1]} of run {key[0]} is a {names.get(key)} call, yet has child run {ids[0]}")
+        if names.get(key) != SUBAGENT_TOOL:  # a child is made by a call its parent's committed step holds
+            problems.append(f"child run {ids[0]} belongs to call {key[1]} of run {key[0]}, which is "
+                            f"{'a ' + names[key] + ' call' if key in names else 'no call of that run'}")
         child = snapshot.runs[ids[0]]
         if child["status"] != "done":
             continue
