@@ -43,6 +43,8 @@ ITEMS = {
     "14": ("bench.bench_scale", "run list at 1M runs"),
     "15": ("bench.bench_live", "a live 5,000-step run on screen"),
     "16": ("bench.bench_caching", "prompt caching dollars"),
+    "17": ("bench.bench_fleet", "PostgreSQL fleet: schema setting, LISTEN/NOTIFY"),
+    "18": ("bench.bench_mcp", "MCP call over HTTP vs stdio"),
 }
 
 

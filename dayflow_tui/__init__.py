@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
         value = getattr(define, name)
     elif name == "tool_from_agent":  # a subagent as a tool (``agent.subagents``)
         from .agent.subagents import tool_from_agent as value
-    elif name == "mcp":  # mcp.stdio(...): an agent's MCP servers (``agent.mcp_servers``)
+    elif name == "mcp":  # mcp.stdio(...), mcp.http(...): an agent's MCP servers (``agent.mcp_servers``)
         from .agent import mcp_servers as value
     elif name in ("Image", "Document"):
         from .agent import tool_content

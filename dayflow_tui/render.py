@@ -7,6 +7,7 @@ Content is wrapped in ``rich.text.Text`` (never parsed as markup) after
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Iterable
 
 from rich.console import Console, Group
@@ -18,6 +19,16 @@ from .money.cost import RunCost, budget_text, cache_text, format_usd
 from .safe_text import printable
 from .agent.registry import options_text, recorded_options
 from .agent.transcript import attach_decisions, build_steps
+
+
+@dataclass(frozen=True)
+class TreeWords:
+    """The subagent tree of a run, in words (``views.run_tree``): what ``print_transcript`` writes of it."""
+
+    rollup: str  # the whole tree summed: runs, steps, dollars, the worst status
+    lines: tuple  # (depth, words) per run of the tree, the run itself first; () for a run without children
+    calls: dict  # the words of the child each call started, by the call's id
+    parent: str | None = None  # for a subagent's run: which run's call started it
 
 
 def transcript_console(**options) -> Console:
@@ -43,9 +54,11 @@ def _count(n: object) -> str:
 def print_transcript(run, steps: list | None = None, *, raw: bool = False, console: Console | None = None,
                      run_cost: RunCost | None = None, resumes: list | None = None,
                      approvals: list | None = None, status: str | None = None,
-                     title: str | None = None, pages: Iterable[list] | None = None) -> None:
+                     title: str | None = None, pages: Iterable[list] | None = None,
+                     tree: TreeWords | None = None) -> None:
     """``status``: the word shown (``effective_status``: a running run whose owner died is interrupted);
-    the stored one when not given. ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again.
+    the stored one when not given. ``tree``: the subagent runs under it and the call that started each.
+    ``resumes`` (``store.run_resumes``): where each resume began, marked with what it did not pay again.
 
     ``pages``: the steps a page at a time, read as they are needed (instead of ``steps``): each page is
     written and flushed before the next is read, so a long run's first screen comes at once.
@@ -80,9 +93,16 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
         child = f"; a subagent of run {run.parent_id}" if run.parent_id else ""
         console.print(_safe(f"imported {run.source} session {run.external_id}{where}{branch}{child}: read-only; "
                             f"continue it with `claude --resume {run.external_id}`", "dim"))
+    elif tree is not None and tree.parent:
+        console.print(_safe(tree.parent, "dim"))
     elif getattr(run, "parent_id", None):
         console.print(_safe(f"fork of run {run.parent_id} at step {run.forked_at}: steps 1..{run.forked_at} are "
                             "its copies (paid once, by the parent)", "dim"))
+    if tree is not None and tree.lines:
+        # The whole tree at the top: a parent done while a child failed (or waits) says so before the steps.
+        console.print(Text.assemble(("tree ", "bold"), printable(tree.rollup)))
+        for depth, words in tree.lines:
+            console.print(_safe(("  " + "   " * (depth - 1) + "└─ " if depth else "  ") + words))
     console.print(Panel(_safe(run.user_msg), title="task", title_align="left", border_style="blue"))
     _flush(console)
     resumed_after = {resume.after_step: resume for resume in resumes or []}
@@ -91,7 +111,7 @@ def print_transcript(run, steps: list | None = None, *, raw: bool = False, conso
         views = build_steps(page, run.model, after=previous)
         attach_decisions(views, approvals or [])
         for view in views:
-            _print_step(console, view, previous, resumed_after, raw)
+            _print_step(console, view, previous, resumed_after, raw, tree.calls if tree is not None else {})
             previous = view
         _flush(console)
     if run.final_text:
@@ -111,7 +131,7 @@ def _flush(console: Console) -> None:
         flush()
 
 
-def _print_step(console: Console, view, previous, resumed_after: dict, raw: bool) -> None:
+def _print_step(console: Console, view, previous, resumed_after: dict, raw: bool, children: dict) -> None:
     """One step: its rule (tokens, cost, the run so far), its text, its calls and their outcomes."""
     resume = resumed_after.get(view.n - 1)
     if resume is not None and view.n > 1:
@@ -152,3 +172,6 @@ def _print_step(console: Console, view, previous, resumed_after: dict, raw: bool
             console.print(Text.assemble("     ", ("⏸ " if decided == "yellow" else "✋ ", decided),
                                         (printable(call.decision), decided)))
         console.print(Text.assemble("     <- ", (call.outcome, style), count))
+        child = children.get(call.id)
+        if child is not None:  # the subagent run this call started: `dayflow show` it for its own steps
+            console.print(Text.assemble("     ↳ ", ("subagent run ", "bold"), printable(child)))

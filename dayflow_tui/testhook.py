@@ -16,6 +16,13 @@ import os
 import time
 
 
+def schema_ahead() -> bool:
+    """``DAYFLOW_TEST_SCHEMA_AHEAD=1``: this process is "the next Dayflow", whose schema has one more (harmless,
+    additive) migration than this code's (``store.schema``): the rolling-upgrade tests migrate a database
+    past the workers' code with it, as a real upgrade would."""
+    return os.environ.get("DAYFLOW_TEST_SCHEMA_AHEAD") == "1"
+
+
 def pause_point(phase: str) -> None:
     trace = os.environ.get("DAYFLOW_TEST_TRACE")
     if trace:

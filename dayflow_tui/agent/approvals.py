@@ -24,7 +24,8 @@ from ..store import Lease, Run, Store, this_host
 from ..store.tables.approvals import APPROVED, AUTO, DENIED, PENDING, CallToAsk
 from ..store.tables.runs import approval_tools
 from .journal import answer_call, call_id, kept_rows
-from .tools import ToolContext, ToolInputError, tool_result, validate
+from .subagents import side_by_side
+from .tools import CallPaused, ToolContext, ToolInputError, tool_result, validate
 
 
 class RunWaiting(Exception):
@@ -83,27 +84,43 @@ def answer_calls(store: Store, run: Run, lease: Lease, ctx: ToolContext, n: int,
         # First time round (or again after a crash on the way): the calls that need nobody run now, each
         # kept as it completes; then the waiting ones are recorded and the run stops for a decision.
         waiting = {call_id(b) for b in to_ask}
-        for block in calls:
-            if call_id(block) not in waiting and call_id(block) not in asked:
-                answer_call(store, ctx, lease, n, block, kept.get(call_id(block)))
-        store.wait_for_approval(run.id, n, [CallToAsk(call_id(b), str(b.get("name")), b.get("input"), waits=True)
-                                            for b in to_ask], lease)
+        free = [b for b in calls if call_id(b) not in waiting and call_id(b) not in asked]
+        asks = [CallToAsk(call_id(b), str(b.get("name")), b.get("input"), waits=True) for b in to_ask]
+        try:
+            side_by_side(ctx, free, lambda each, block: answer_call(store, each, lease, n, block,
+                                                                  kept.get(call_id(block))),
+                         concurrent=lambda block: _hands_over(agent, block))
+        except CallPaused:
+            # A subagent's run waits too: its call is recorded with the others (no answer), and runs again
+            # when this run is driven next, finding its child where it stopped.
+            asks += [CallToAsk(call_id(b), str(b.get("name")), b.get("input"), waits=False)
+                     for b in free if _hands_over(agent, b)]
+        store.wait_for_approval(run.id, n, asks, lease)
         raise RunWaiting(run.id)
     if any(row.state == PENDING for row in kept.values()):
         raise RunWaiting(run.id)  # not claimable while waiting; reached only by a driver that raced a new request
-    results = []
-    for block in calls:
+    def answer(each: ToolContext, block: dict) -> dict:
         row = kept.get(call_id(block))
         if row is not None and row.result is None and row.state == DENIED:
             reason = row.reason or "no reason given"
             denial = tool_result(block, {"ok": False, "error": {
                 "code": "denied", "message": f"a person denied this call ({row.decided_by}): {reason}"}}, True)
-            results.append(answer_call(store, ctx, lease, n, block, row, answer=denial))
-            continue
+            return answer_call(store, each, lease, n, block, row, answer=denial)
         edited = (json.loads(row.edited_input) if row is not None and row.state == APPROVED
                   and row.edited_input is not None else None)
-        results.append(answer_call(store, ctx, lease, n, block, row, args=edited))
-    return results
+        return answer_call(store, each, lease, n, block, row, args=edited)
+
+    def has_work(block: dict) -> bool:  # a subagent's call not answered yet: its child runs side by side
+        row = kept.get(call_id(block))
+        return _hands_over(agent, block) and (row is None or (row.result is None and row.state != DENIED))
+
+    return side_by_side(ctx, calls, answer, concurrent=has_work)
+
+
+def _hands_over(agent: Any, block: dict) -> bool:
+    """Is this call a subagent's (its answer comes from a child run)?"""
+    found = agent.tool_named(block.get("name")) if agent is not None else None
+    return found is not None and found.subagent is not None
 
 
 def parse_edit(text: str, tool: Any = None) -> dict:

@@ -9,13 +9,16 @@ last paid call sent (the prediction of the next call's cache state needs it).
 
 from __future__ import annotations
 
+import itertools
+import threading
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
 from ..config.errors import UsageError
 from ..money import estimate, rates
-from ..money.cost import Cost, format_usd
+from ..money.cost import Cost, add_costs, format_usd, run_costs
 from ..store import Store, step_blocks
 from .request import prepare_messages
 
@@ -93,6 +96,76 @@ def dollar_verdict(budget: Decimal, spent: Cost | None, call: estimate.NextCall)
         return Verdict(stop=f"dollar budget reached: {shown} leaves room for {max(cap, 0):,} reply tokens "
                        f"if the cache is cold, fewer than the {call.expected_output_tokens:,} expected")
     return Verdict(max_tokens=cap if cap < call.max_output_tokens else None)
+
+
+class TreeBudget:
+    """The dollar budget of a tree of runs (a parent and its subagents' runs): the root's ``budget_usd``,
+    shared. Every run of the tree is judged, before each call, on what the whole tree has committed plus
+    what calls in flight in this process may still cost (each reserved at its worst: the reply cap under a
+    cold cache), so children side by side cannot together pass it.
+    """
+
+    def __init__(self, store: Store, root: Any, budget: Decimal):
+        self.store = store
+        self.root_id = root.id
+        self.budget = budget
+
+    def spent(self) -> Cost | None:
+        """What the tree's runs have committed (None: a call of theirs has no price)."""
+        ids = [self.root_id] + [child.id for child in self.store.runs_below(self.root_id)]
+        return add_costs(cost.cost for cost in run_costs(self.store, ids).values())
+
+    def left(self) -> Decimal | None:
+        spent = self.spent()
+        with _LOCK:
+            return None if spent is None else self.budget - spent.total - _reserved(self.root_id)
+
+    def judge(self, call: estimate.NextCall) -> tuple[Verdict, int | None]:
+        """The verdict on ``call`` for the whole tree, and (when it may go) the ticket of its reservation."""
+        spent = self.spent()
+        with _LOCK:
+            held = _reserved(self.root_id)
+            verdict = dollar_verdict(self.budget, None if spent is None else spent + Cost(output=held), call)
+            if verdict.stop is not None:
+                return Verdict(stop=verdict.stop.replace("dollar budget reached", "the tree's dollar budget "
+                                                         "reached", 1)), None
+            worst = call.cost(warm=False, output_tokens=verdict.max_tokens or call.max_output_tokens)
+            ticket = next(_TICKETS)
+            _RESERVED.setdefault(self.root_id, {})[ticket] = worst.total if worst is not None else Decimal(0)
+            return verdict, ticket
+
+    def settle(self, ticket: int | None) -> None:
+        """The call is over (its reply committed, or no reply): its reservation goes."""
+        if ticket is None:
+            return
+        with _LOCK:
+            held = _RESERVED.get(self.root_id, {})
+            held.pop(ticket, None)
+            if not held:
+                _RESERVED.pop(self.root_id, None)
+
+
+_LOCK = threading.Lock()
+_RESERVED: dict[str, dict[int, Decimal]] = {}  # tree root -> the calls in flight in this process, at their worst
+_TICKETS = itertools.count(1)
+
+
+def _reserved(root_id: str) -> Decimal:
+    return sum(_RESERVED.get(root_id, {}).values(), Decimal(0))
+
+
+def tree_budget(store: Store, run: Any, *, alone_too: bool = False) -> TreeBudget | None:
+    """The dollar budget shared by ``run``'s tree, when it is a subagent's run or has subagents (or
+    ``alone_too``: is about to have one) and its root has a budget; None otherwise (a run alone keeps to its
+    own ``budget_usd`` as before)."""
+    root = run
+    while root.parent_id is not None and root.parent_call_id is not None:
+        root = store.get_run(root.parent_id)
+    if root.budget_usd is None:
+        return None
+    if root is run and not alone_too and not store.subagent_runs(run.id):
+        return None
+    return TreeBudget(store, root, Decimal(root.budget_usd))
 
 
 def check_dollar_budget(model: str, budget_usd: Decimal | None) -> None:

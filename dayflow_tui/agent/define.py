@@ -46,9 +46,10 @@ from typing import Any, Callable, Literal
 from ..config.errors import McpUnavailable
 from .agent_options import check_options
 from .tool_faults import abandon_on_store_fault, tool_error_message
-from .tools import ToolContext, ToolInputError, validate
+from .tools import CallPaused, ToolContext, ToolInputError, validate
 
 READ_ONLY, IDEMPOTENT, PLAIN = "read_only", "idempotent", "plain"
+HANDBACKS = ("final", "summary")  # what a subagent's call answers with: its final text, or its transcript compacted
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -80,7 +81,9 @@ class Tool:
     needs_approval: bool | Callable[[dict], bool] = field(default=False, compare=False)
     checks_input: bool = field(default=True, compare=False)  # False: the MCP server checks its own arguments
     server: str | None = None  # the MCP server it comes from (None: a Python function)
+    mcp_annotations: dict | None = field(default=None, compare=False)  # as the server listed them (camelCase)
     subagent: Any = field(default=None, compare=False, repr=False)  # the Agent a call hands its task to
+    handback: str = "final"  # a subagent's tool: its final text ("final") or its transcript compacted ("summary")
 
     def to_api(self) -> dict:
         """The tool as the Messages API is sent it."""
@@ -102,8 +105,8 @@ class Tool:
             return {"ok": False, "error": {"code": "invalid_input", "message": str(exc)}}, True
         try:
             payload = self.fn(ctx, **args) if self.takes_context else self.fn(**args)
-        except McpUnavailable:
-            raise  # the server could not answer: no outcome, a failed attempt (the run backs off)
+        except (McpUnavailable, CallPaused):
+            raise  # no outcome: the server could not answer (a failed attempt), or the call waits (a child run)
         except Exception as exc:  # the model is told, the run goes on
             abandon_on_store_fault(ctx, exc)  # a database fault is no outcome: it ends the attempt instead
             return {"ok": False, "error": {"code": "tool_error", "message": tool_error_message(ctx, exc)}}, True
@@ -111,7 +114,10 @@ class Tool:
 
     def rules(self) -> dict:
         """What may happen to a call of this tool after a crash, and who must allow it: part of the fingerprint."""
-        return {"kind": self.kind, "key": self.key, "approval": approval_rule(self.needs_approval)}
+        rules = {"kind": self.kind, "key": self.key, "approval": approval_rule(self.needs_approval)}
+        if self.handback != "final":
+            rules["handback"] = self.handback  # what the parent is told changes what its runs were sent
+        return rules
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -257,7 +263,10 @@ class Agent:
     server_tools: tuple[dict, ...] = field(default=(), hash=False)
     betas: tuple[str, ...] = ()
     cache_ttl: str = "5m"
-    mcp_servers: tuple = field(default=(), hash=False)  # ``mcp.stdio(...)``: their tools join on ``connected``
+    mcp_servers: tuple = field(default=(), hash=False)  # ``mcp.stdio/http(...)``: tools join on ``connected``
+    # Agents this one hands tasks to: each is a tool named after it (``subagent_tool``), its calls child runs.
+    subagents: tuple = field(default=(), hash=False)
+    handback: str = "final"  # as a subagent: what its parent's call is answered with (``HANDBACKS``)
     mcp_listed: bool = field(default=False, hash=False, repr=False)  # the servers' tools are in ``tools``
 
     def __post_init__(self) -> None:
@@ -265,13 +274,25 @@ class Agent:
             raise ToolDefinitionError(f"agent name {self.name!r}: letters, digits, _ and - only, at most 64")
         if self.title is not None and (not isinstance(self.title, str) or not self.title.strip()):
             raise ToolDefinitionError(f"agent {self.name}: title must be a non-empty string (\"{{task}}\" for the task)")
+        if self.handback not in HANDBACKS:
+            raise ToolDefinitionError(f"agent {self.name}: handback must be one of {', '.join(HANDBACKS)}")
+        subagents = tuple(self.subagents)
+        for item in subagents:
+            if not isinstance(item, Agent):
+                raise ToolDefinitionError(f"agent {self.name}: subagent {item!r} is not a dayflow Agent")
+        object.__setattr__(self, "subagents", subagents)
         tools = tuple(self.tools)
+        # Made once: ``dataclasses.replace`` (``connected``) runs this again with the tools made the first time.
+        tools += tuple(subagent_tool(item) for item in subagents
+                       if not any(t.subagent is item for t in tools))
         for item in tools:
             if not isinstance(item, Tool):
                 raise ToolDefinitionError(f"agent {self.name}: {item!r} is not a @tool")
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
-            raise ToolDefinitionError(f"agent {self.name}: two tools share a name")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ToolDefinitionError(f"agent {self.name}: two tools share a name ({', '.join(twice)}; a "
+                                      "subagent's tool is named after the agent)")
         object.__setattr__(self, "tools", tools)
         from .model_limits import limits_for
 
@@ -359,6 +380,10 @@ class Agent:
             shape["options"] = options
         if self.mcp_servers:
             shape["mcp_servers"] = {server.name: server.describe() for server in self.mcp_servers}
+        listed = {t.name: {"server": t.server, "annotations": t.mcp_annotations or {}}
+                  for t in self.tools if t.server is not None}
+        if listed:  # the hints as the server gave them: recorded in the run, shown by the dashboard
+            shape["mcp_tools"] = listed
         return shape
 
     def connected(self) -> "Agent":
@@ -373,8 +398,42 @@ class Agent:
             for listed in mcp_servers.list_tools(server):
                 found.append(Tool(listed.offered_name, listed.description, listed.input_schema,
                                   _mcp_caller(server, listed.name), listed.kind, None, False,
-                                  listed.needs_approval, checks_input=False, server=server.name))
+                                  listed.needs_approval, checks_input=False, server=server.name,
+                                  mcp_annotations=listed.annotations))
         return dataclasses.replace(self, tools=self.tools + tuple(found), mcp_listed=True)
+
+
+def subagent_tool(agent: Agent, *, name: str | None = None, description: str | None = None,
+                  handback: str | None = None) -> Tool:
+    """A tool that hands its ``task`` to ``agent`` as a durable child run (``subagents.py`` says how).
+
+    It is idempotent, keyed by the call itself: the child's run id is fixed by the parent run and the call's id.
+    ``handback`` (default: the agent's own) says what the call answers with: the child's final text, or a
+    deterministic compaction of its transcript.
+    """
+    if not isinstance(agent, Agent):
+        raise ToolDefinitionError(f"{agent!r} is not a dayflow Agent")
+    handback = handback or agent.handback
+    if handback not in HANDBACKS:
+        raise ToolDefinitionError(f"subagent {agent.name}: handback must be one of {', '.join(HANDBACKS)}")
+    tool_name = name or agent.name
+    if not _NAME.match(tool_name):
+        raise ToolDefinitionError(f"tool name {tool_name!r}: letters, digits, _ and - only, at most 64")
+    first = next((line.strip() for line in agent.system.splitlines() if line.strip()), "")
+    about = description or (f"Hand a task to the {agent.name} agent, which works on it on its own and answers "
+                            f"with its result. {first}".strip())
+    schema = {"type": "object", "properties": {"task": {
+        "type": "string", "minLength": 1, "maxLength": 20000,
+        "description": f"What the {agent.name} agent should do, with everything it needs to know."}},
+        "required": ["task"], "additionalProperties": False}
+
+    def hand_over(ctx: ToolContext, task: str) -> str:
+        if ctx.hand_over is None:
+            raise RuntimeError(f"the {agent.name} agent's call needs a run to hang its child run on")
+        return ctx.hand_over(ctx, agent, task, handback)
+
+    return Tool(tool_name, about[:1000], schema, hand_over, IDEMPOTENT, None, True, False, subagent=agent,
+                handback=handback)
 
 
 def _mcp_caller(server: Any, name: str) -> Callable[..., Any]:

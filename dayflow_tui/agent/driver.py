@@ -18,10 +18,11 @@ from ..money import estimate
 from ..money.cost import Cost, price_call, step_usage
 from ..redaction import redact_and_cut
 from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
+from ..store.tables.approvals import CallToAsk
 from ..testhook import pause_point
 from . import backpressure, request, telemetry
-from .approvals import answer_calls, needs_a_person
-from .budget import Spend, dollar_verdict, limit_reached
+from .approvals import RunWaiting, answer_calls, needs_a_person
+from .budget import Spend, TreeBudget, dollar_verdict, limit_reached, tree_budget
 from .define import Agent
 from .events import ENDS_BEFORE_TOOLS, MAX_TOKENS, RETRY_MAX_TOKENS, OnStep, RunResult, StepEvent
 from .journal import answer_call, call_id, kept_rows
@@ -32,7 +33,8 @@ from .replies import BadReply, normalise, storable_raw, storable_text
 from .history_size import HistorySizes
 from .request import RequestPreview, build_request, call_model, prepare_messages
 from .streaming import OnDelta, ReplyDelta, StreamBroken
-from .tools import ToolContext, cut_off_results
+from .subagents import call_gate, side_by_side
+from .tools import CallPaused, ToolContext, cut_off_results
 
 OVERFLOWED = "model_context_window_exceeded"
 
@@ -54,7 +56,7 @@ class Driver:
     def __init__(self, store: Store, run_id: str, lease: Lease, *, client: Any = None,
                  on_step: OnStep | None = None, crash_after_step: int | None = None,
                  should_stop: Callable[[], bool] | None = None, agent: Agent | None = None,
-                 on_delta: OnDelta | None = None):
+                 on_delta: OnDelta | None = None, above: tuple[Lease, ...] = ()):
         self.store = store
         self.run = store.get_run(run_id)
         self.lease = lease
@@ -72,8 +74,16 @@ class Driver:
         # After a reply that filled the context window: the next request is compacted below this size.
         self.compact_below: int | None = None
         self.overflowed = False  # the last reply filled the context window (twice in a row ends the run)
-        self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent)
+        # ``above``: the leases of the runs over this one (a subagent's parents): their cancel stops it too.
+        self.above = tuple(above)
+        self.ctx = ToolContext(store=store, run_id=self.run.id, today=clock.today(), agent=self.agent,
+                               lease=lease, above=self.above)
         self.spend = Spend(replayed=Cost())
+        self.tree_stop: str | None = None  # a subagent of the last step stopped on the tree's dollar budget
+        self.ticket: tuple[TreeBudget, int | None] | None = None  # the call in flight's reservation in its tree
+        # A run of a tree (a parent, a subagent's run): one paid call of the tree in flight at a time.
+        self.gate = (call_gate(store, self.run) if self.run.parent_call_id or self._has_subagents() else None)
+        self.holding_gate = False
 
     def emit(self, event: StepEvent) -> None:
         if self.on_step is not None:
@@ -83,6 +93,9 @@ class Driver:
         """Stop here if a commit or heartbeat under the lease has seen the run's cancel (``CancelObserved``)."""
         if self.lease.cancel is not None:
             raise CancelObserved(self.lease.cancel)
+        for lease in self.above:
+            if lease.cancel is not None:
+                raise CancelObserved(f"its parent run {lease.run_id} was {lease.cancel}")
 
     def run_pending_tools(self, n: int, assistant: list[dict], spent: tuple[int, int],
                           stop_reason: str | None) -> list[dict]:
@@ -90,12 +103,21 @@ class Driver:
         self.check_cancel()
         # A response cut off at max_tokens may hold half-written calls: answer them, run none.
         # A call that needs a person's approval stops the run here (RunWaiting) until it is decided.
-        if stop_reason in ("max_tokens", OVERFLOWED):
-            results = cut_off_results(assistant)
-        elif needs_a_person(self.run, assistant, self.agent):
-            results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
-        else:
-            results = self.journaled_calls(n, assistant)
+        try:
+            if stop_reason in ("max_tokens", OVERFLOWED):
+                results = cut_off_results(assistant)
+            elif needs_a_person(self.run, assistant, self.agent):
+                results = answer_calls(self.store, self.run, self.lease, self.ctx, n, assistant)
+            else:
+                results = self.journaled_calls(n, assistant)
+        except CallPaused as exc:
+            # A subagent's run waits for a person: the step's other calls are kept, and this run waits with
+            # it (its lease given up, no call made) until the decision queues it again.
+            paused = [CallToAsk(call_id(b), str(b.get("name")), b.get("input"), waits=False) for b in assistant
+                      if b.get("type") == "tool_use" and self._is_subagent(b)]
+            self.store.wait_for_approval(self.run.id, n, paused, self.lease)
+            raise RunWaiting(self.run.id) from exc
+        self.tree_stop = self._child_out_of_budget(assistant)
         self.store.set_tool_results(self.run.id, n, results, lease=self.lease)
         self.emit(StepEvent(self.run.id, n, "tools", stop_reason, assistant, results, 0, 0, *spent))
         return results
@@ -110,12 +132,37 @@ class Driver:
         unknown", so the model decides.
         """
         kept = kept_rows(self.store, self.run.id, n)
-        results = []
-        for block in assistant:
-            if block.get("type") == "tool_use":
-                self.check_cancel()  # seen by the heartbeat, or by the last call's commit: the rest do not run
-                results.append(answer_call(self.store, self.ctx, self.lease, n, block, kept.get(call_id(block))))
-        return results
+        calls = [block for block in assistant if block.get("type") == "tool_use"]
+
+        def answer(ctx: ToolContext, block: dict) -> dict:
+            self.check_cancel()  # seen by the heartbeat, or by the last call's commit: the rest do not run
+            return answer_call(self.store, ctx, self.lease, n, block, kept.get(call_id(block)))
+
+        def has_work(block: dict) -> bool:  # a subagent's call with no kept answer: its child runs side by side
+            row = kept.get(call_id(block))
+            return self._is_subagent(block) and (row is None or row.result is None)
+
+        return side_by_side(self.ctx, calls, answer, concurrent=has_work)
+
+    def _has_subagents(self) -> bool:
+        return any(t.subagent is not None for t in self.agent.tools)
+
+    def _is_subagent(self, block: dict) -> bool:
+        found = self.agent.tool_named(block.get("name"))
+        return found is not None and found.subagent is not None
+
+    def _child_out_of_budget(self, assistant: list[dict]) -> str | None:
+        """Why the run stops now: a child of this step stopped on the tree's dollar budget (None: it goes on)."""
+        ids = {call_id(b) for b in assistant if b.get("type") == "tool_use" and self._is_subagent(b)}
+        if not ids:
+            return None
+        for child in self.store.subagent_runs(self.run.id):
+            # ``budget`` also ends a run at its step limit, the child's own affair: only money stops the tree.
+            if (child.parent_call_id in ids and child.status == RunStatus.BUDGET.value
+                    and "dollar budget" in (child.error or "")):
+                return (f"the tree's dollar budget was reached in its subagent's run {child.id}"
+                        + (f" ({child.error})" if child.error else ""))
+        return None
 
     def drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
               replayed: int, lengths: list[int | None] | None = None) -> RunResult:
@@ -123,10 +170,30 @@ class Driver:
 
         ``lengths``: the messages' encoded lengths where known (a resume reads them off the stored text).
         """
+        try:
+            return self._drive(messages, start_step=start_step, spent_in=spent_in, spent_out=spent_out,
+                               replayed=replayed, lengths=lengths)
+        finally:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The call in flight is committed or lost: its reservation in the tree's budget goes."""
+        if self.ticket is not None:
+            tree, ticket = self.ticket
+            self.ticket = None
+            tree.settle(ticket)
+        if self.holding_gate:
+            self.holding_gate = False
+            self.gate.release()
+
+    def _drive(self, messages: list[dict], *, start_step: int, spent_in: int, spent_out: int,
+               replayed: int, lengths: list[int | None] | None) -> RunResult:
         run, n = self.run, start_step
         sizes = HistorySizes(messages, lengths)
         while True:
             self.check_cancel()
+            if self.tree_stop is not None:
+                return self._stop("budget", self.tree_stop, n - 1, spent_in, spent_out, replayed)
             if self.should_stop is not None and self.should_stop():
                 return self.result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
             if self.lease.lost:
@@ -143,14 +210,30 @@ class Driver:
                 body["max_tokens"] = limits_for(run.model).sendable(max(body["max_tokens"], RETRY_MAX_TOKENS))
                 self.cut_off_call = False
             reply_cap: int | None = None
-            if run.budget_usd is not None:
+            if self.gate is not None:
+                # Held until the reply is committed (``_settle``): the tree's budget is judged on what its other
+                # runs committed, and a death loses one call of the tree at most.
+                self.gate.acquire()
+                self.holding_gate = True
+                self.check_cancel()  # a cancel seen while another run of the tree was calling: no call now
+            tree = tree_budget(self.store, run) if run.parent_call_id or self._has_subagents() else None
+            if run.budget_usd is not None or tree is not None:
                 call = estimate.predict(body, self.spend.previous, expected_output_tokens=estimate.expected_output(
                     self.spend.largest_output, MAX_TOKENS))
+            if run.budget_usd is not None:
                 verdict = dollar_verdict(run.budget_usd, self.spend.total, call)
                 if verdict.stop:
                     return self._stop("budget", verdict.stop, n - 1, spent_in, spent_out, replayed)
                 if verdict.max_tokens is not None:
                     reply_cap = body["max_tokens"] = verdict.max_tokens
+            if tree is not None:
+                # The budget is the tree's: its other runs' spend (and calls in flight beside this one) count.
+                shared, ticket = tree.judge(call)
+                if shared.stop:
+                    return self._stop("budget", shared.stop, n - 1, spent_in, spent_out, replayed)
+                self.ticket = (tree, ticket)
+                if shared.max_tokens is not None and shared.max_tokens < body["max_tokens"]:
+                    reply_cap = body["max_tokens"] = shared.max_tokens
             self.sent_max_tokens = body["max_tokens"]
             if self.client is None:
                 self.client = request.make_client(run.model)
@@ -193,12 +276,14 @@ class Driver:
             if final is not None:
                 status, text, error = final
                 self._commit(step, final)
+                self._settle()
                 self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in,
                                     tokens_out, spent_in, spent_out, step.request_est_tokens,
                                     step.compacted_est_tokens, cost, self.spend.total))
                 return self.result(status, text, n, spent_in, spent_out, replayed, error)
             # Commit the paid turn before any tool runs: a crash from here on loses no call.
             self._commit(step, None)
+            self._settle()
             add_assistant_turn(messages, blocks)
             self.emit(StepEvent(run.id, n, "response", step.stop_reason, blocks, None, tokens_in, tokens_out,
                                 spent_in, spent_out, step.request_est_tokens, step.compacted_est_tokens, cost,

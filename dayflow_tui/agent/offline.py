@@ -173,8 +173,13 @@ class OfflineClient:
         self.read_only: frozenset[str] | None = None  # a user agent's read-only tools (None: not told)
 
     def know_agent(self, agent: Any) -> None:
-        """The driver says which tools are safe to call on any agent (only the kinds: nothing else is read)."""
-        self.read_only = frozenset(t.name for t in agent.tools if t.kind == "read_only")
+        """The driver says which tools are safe to call on any agent (only the kinds: nothing else is read).
+
+        A subagent's tool is one of them: its call is a child run keyed by the call, never bought twice, so an
+        offline run of a parent shows its children at work (each child's own read-only tools, then its answer).
+        """
+        self.read_only = frozenset(t.name for t in agent.tools
+                                   if t.kind == "read_only" or getattr(t, "subagent", None) is not None)
 
 
 def _settings():
@@ -186,8 +191,9 @@ def _settings():
 _BRIEF_TOOLS = {"read_inbox", "read_calendar", "read_tasks", "create_task"}
 
 
-def _example_args(schema: dict) -> dict:
-    """The least arguments a schema accepts: its required fields, each with a plain value of its type."""
+def _example_args(schema: dict, task: str = "") -> dict:
+    """The least arguments a schema accepts: its required fields, each with a plain value of its type (a
+    subagent's ``task`` is the run's own task, so a child is handed what its parent was asked)."""
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
     args: dict = {}
     for name in schema.get("required", []) if isinstance(schema, dict) else []:
@@ -202,6 +208,8 @@ def _example_args(schema: dict) -> dict:
             args[name] = []
         elif spec.get("type") == "object":
             args[name] = {}
+        elif name == "task" and task:
+            args[name] = task[:spec.get("maxLength", 20000)]
         else:
             args[name] = "example"
     return args
@@ -223,11 +231,12 @@ def _respond_generic(messages: list[dict], tools: list[dict], read_only: frozens
                 text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
                 answered.append((names.get(str(block.get("tool_use_id")), "?"), text))
     safe = [t for t in tools if read_only is not None and t.get("name") in read_only]
-    if step == 1 and safe:
-        calls = [_tool_use(step, i, t["name"], _example_args(t.get("input_schema", {}))) for i, t in enumerate(safe)]
-        return [{"type": "text", "text": f"Reading with {len(calls)} tool(s) first."}] + calls, "tool_use"
     task = next((_plain_text(m.get("content")) for m in messages if m.get("role") == "user"
                  and _plain_text(m.get("content"))), "")
+    if step == 1 and safe:
+        calls = [_tool_use(step, i, t["name"], _example_args(t.get("input_schema", {}), task))
+                 for i, t in enumerate(safe)]
+        return [{"type": "text", "text": f"Reading with {len(calls)} tool(s) first."}] + calls, "tool_use"
     lines = [f"Offline answer (no ANTHROPIC_API_KEY) to: {str(task).splitlines()[0][:200] if task else 'the task'}"]
     for name, text in answered:
         lines.append(f"- {name}: {' '.join(text.split())[:300]}")

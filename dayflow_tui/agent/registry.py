@@ -127,6 +127,13 @@ def what_changed(before: dict, after: dict) -> list[str]:
             if was.get("approval") != now.get("approval"):
                 changes.append(f"tool {name}'s approval rule ({_rule_words(was.get('approval'))} -> "
                                f"{_rule_words(now.get('approval'))})")
+    old_servers, new_servers = before.get("mcp_servers") or {}, after.get("mcp_servers") or {}
+    changes += [f"MCP server {name}'s settings" for name in sorted(set(old_servers) | set(new_servers))
+                if old_servers.get(name) != new_servers.get(name)]
+    old_mcp, new_mcp = before.get("mcp_tools") or {}, after.get("mcp_tools") or {}
+    # A tool the run knew whose recorded hints differ (or were not recorded: a run started before they were).
+    changes += [f"tool {name}'s MCP annotations" for name in sorted(set(new_mcp) & set(old))
+                if old_mcp.get(name) != new_mcp[name]]
     return changes or ["its definition"]
 
 

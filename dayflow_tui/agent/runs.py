@@ -11,6 +11,7 @@ attempt ends the lease is released and a failed attempt is counted.
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,7 +24,7 @@ from ..redaction import redact_and_cut
 from ..store import (Lease, ReplayStep, ReplySpooled, Run, RunStatus, Store, StepRecord, ingest_spool,
                      refuse_imported, step_blocks, still_refused)
 from ..store.retry import patience
-from . import brief, request, telemetry
+from . import brief, request, subagents, telemetry
 from .approvals import RunWaiting, approval_tools_for_new_run
 from .streaming import OnDelta
 from .budget import check_dollar_budget, previous_call
@@ -33,6 +34,7 @@ from .events import DEFAULT_MAX_STEPS, OnStep, RunResult, StepEvent, check_watch
 from .messages import add_assistant_turn, messages_and_lengths
 from .registry import agent_columns, agent_for_run
 from .replies import storable_text
+from .tools import ToolContext
 
 DEFAULT_TASK = brief.TASK
 __all__ = ["DEFAULT_MAX_STEPS", "DEFAULT_TASK", "default_compact_at", "default_model", "queue_brief", "resume",
@@ -149,6 +151,13 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     run = store.get_run(run_id)
     refuse_imported(run)  # an imported session (Claude Code's) is read-only here: said before anything else
     if lease is None:
+        if run.status == RunStatus.WAITING.value:
+            below = subagents.waiting_below(store, run.id)
+            if below and not any(row.state == "pending" for row in store.approvals(run.id)):
+                # The tree waits on a subagent's call: the decision is asked there, not of this run.
+                raise RunBusy(f"run {run.id} waits on its subagent's run {below[0].id}, whose tool call waits for a "
+                              f"decision: see `dayflow pending`, then `dayflow approve {below[0].id}`, then "
+                              f"`dayflow resume {run.id}`")
         still_refused(run)  # cancelled (or waiting for a person): said before anything is loaded or built
     if run.status != RunStatus.DONE and client is None:
         request.start_client_in_background(run.model)  # the SDK loads while the history is read and checked
@@ -161,10 +170,9 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
     validated = None
     if lease is None:
         check_dollar_budget(run.model, budget_usd)
-        steps = store.replay_steps(run.id)
         # A damaged history is refused with nothing written; a sound one is handed to the drive, which reads it
         # again only if the run moved on before the claim (a 10,000-step history read and decoded once).
-        validated = (steps, *messages_and_lengths(run, steps))
+        validated = _read_history(store, run)
         # An agent that cannot be loaded, or whose code changed, is refused with nothing written.
         agent, change = agent_for_run(run, allow_changed=allow_changed_agent)
         if client is None:
@@ -188,10 +196,16 @@ def resume(run_id: str, *, store: Store, client: Any = None, budget_tokens: int 
                          validated=validated)
 
 
-def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None) -> RunResult:
+def drive_claimed(store: Store, run_id: str, lease: Lease, *, agent: Agent, client: Any = None,
+                  above: tuple[Lease, ...] = ()) -> RunResult:
     """Drive a run this process holds the lease of with ``agent`` (a subagent's run, started by its parent's
-    call: ``subagents.py``)."""
-    return _drive_leased(store, run_id, lease, client=client, agent=agent)
+    call: ``subagents.py``); ``above`` are its parents' leases (their cancel stops it)."""
+    return _drive_leased(store, run_id, lease, client=client, agent=agent, above=above)
+
+
+def hand_over(ctx: ToolContext, agent: Agent, task: str, handback: str) -> str:
+    """A subagent's call (``ToolContext.hand_over``): its child run started, resumed or read, and driven here."""
+    return subagents.run_child(ctx, agent, task, handback, drive=drive_claimed)
 
 
 def _drive_leased(store: Store, run_id: str, lease: Lease, **options: Any) -> RunResult:
@@ -250,8 +264,24 @@ def _history(store: Store, run: Run, validated: tuple | None) -> tuple[list[Repl
         if run.step_count == len(steps) and (last is None or last.n == len(steps)) and (
                 last is None or last.tool_results is not None or store.step_at(run.id, last.n).tool_results is None):
             return validated
-    steps = store.replay_steps(run.id)
-    return (steps, *messages_and_lengths(run, steps))
+    return _read_history(store, run)
+
+
+def _read_history(store: Store, run: Run):
+    """The run's stored steps, its messages and their encoded lengths, read and decoded once.
+
+    The cyclic collector is paused while it is built: decoding a long history makes millions of objects that
+    all live on, and each full collection the growth set off walked all of them again (at 10,000 steps a
+    fifth of the resume's work). Nothing made here is a cycle; the collector runs again as soon as it ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        steps = store.replay_steps(run.id)
+        return (steps, *messages_and_lengths(run, steps))
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
@@ -281,6 +311,7 @@ def _drive_claimed(store: Store, run_id: str, lease: Lease, *,
                              run.output_tokens, 0, run.step_count, reason)
         steps, messages, lengths = _history(store, run, validated)
         driver = Driver(store, run_id, lease, **options)
+        driver.ctx.hand_over = hand_over  # a subagent's call drives its child run through this module
         if driver.client is None:
             driver.client = request.make_client(run.model)
         store.mark_running(run_id, lease)

@@ -32,6 +32,14 @@ class ToolInputError(ValueError):
     pass
 
 
+class CallPaused(Exception):
+    """The call has no outcome yet and keeps none: it waits (a subagent's run waits for a person's decision).
+
+    Not a tool error: the step's other calls are answered, then the run itself waits, and the call runs again
+    (finding its child where it stopped) when the run is driven next.
+    """
+
+
 def validate(schema: dict, args: Any) -> None:
     """Check ``args`` against the subset of JSON Schema the tool schemas use."""
     if not isinstance(args, dict):
@@ -82,6 +90,11 @@ class ToolContext:
     today: date
     agent: Any
     call_id: str = ""  # the tool_use id of the call being run (a subagent's run is keyed by it)
+    # Starts or resumes a subagent's child run and returns its answer: ``(ctx, agent, task, handback) -> str``;
+    # set by whoever drives the run (``runs``), so a tool made in ``define`` reaches the driver without importing it.
+    hand_over: Any = None
+    lease: Any = None  # the run's lease: a child run started here stops when this run's cancel is seen
+    above: tuple = ()  # the leases of the runs above this one (a subagent's parents), nearest first
 
     @property
     def tools_of(self) -> Any:

@@ -7,7 +7,7 @@ error code, item count) without interpreting any of the content.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..money.cost import Cost, step_cost
@@ -25,6 +25,9 @@ class ToolCall:
     item_count: int | None = None
     # A person's part in this call (approvals): "waiting ...", "approved by ...", "denied by ...: reason".
     decision: str | None = None
+    # An MCP tool's server and what its recorded annotations made of it (``views.transcript.attach_mcp``).
+    server: str | None = None
+    hints: str | None = None
 
     @property
     def outcome(self) -> str:

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config.errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, StoreError
+from ..config.errors import DayflowError, ModelCallFailed, RateLimited, RunBusy, SchemaAhead, StoreError
 from . import telemetry
 from .backpressure import SharedPause, reason
 from .events import OnStep, RunResult, check_watches
 from .runs import resume
-from ..store import STALE_AFTER_S, Store
+from ..store import SCHEMA_VERSION, STALE_AFTER_S, Store
 from ..store.retry import patience
 
 
@@ -37,7 +37,7 @@ class WorkerEvent:
     the worker pauses its claims for the wait.
     """
 
-    kind: str
+    kind: str  # also "outdated": the database was migrated past this code's schema; the worker winds down
     run_id: str | None
     message: str
     result: RunResult | None = None
@@ -49,6 +49,8 @@ class WorkReport:
     failed: list[str] = field(default_factory=list)  # run ids that ended with an error
     paused: list[str] = field(default_factory=list)  # run ids released for back-pressure (not failed)
     store_errors: list[str] = field(default_factory=list)
+    # Set when the database was migrated past this code's schema (a rolling upgrade): why the worker stopped.
+    outdated: SchemaAhead | None = None
 
 
 def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: float = 1.0,
@@ -70,6 +72,23 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     # Back-pressure from the API is per key, not per run: after a 429 or 529 no thread claims (and
     # calls) again until the wait it asked for has passed.
     pause = SharedPause()
+    schema = _SchemaWatch(store)
+
+    def stopping() -> bool:
+        """At each step boundary of a run being driven: stop (and release it) when asked to, or when the database
+        was migrated past this code's schema (checked at most once a second for the whole worker)."""
+        return stop.is_set() or schema.ahead()
+
+    def outdated(exc: SchemaAhead) -> None:
+        """No more claims from any thread; each run driven now is released at its next step boundary."""
+        with lock:
+            first = report.outdated is None
+            if first:
+                report.outdated = exc
+        schema.found(exc)
+        if first and on_event is not None:
+            on_event(WorkerEvent("outdated", None, f"{exc}: stopped claiming; the runs driven now are released "
+                                 "at their next step boundary, then this worker exits"))
 
     def emit(event: WorkerEvent) -> None:
         with lock:
@@ -96,7 +115,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
         client = client_factory() if client_factory is not None else None
         try:
             result = resume(lease.run_id, store=store, lease=lease, client=client, on_step=on_step,
-                            should_stop=stop.is_set)
+                            should_stop=stopping)
         except RunBusy as exc:
             emit(WorkerEvent("lost", lease.run_id, str(exc)))
         except RateLimited as exc:
@@ -120,7 +139,7 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
 
     def thread_main() -> None:
         try:
-            while not stop.is_set():
+            while not stop.is_set() and report.outdated is None:
                 paused = pause.left()
                 if paused > 0:
                     stop.wait(paused)
@@ -131,6 +150,9 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
                     # the worker would exit with that run still to be taken.
                     backing_off = store.next_retry_at() if once else None
                     took = drive_one()
+                except SchemaAhead as exc:
+                    outdated(exc)
+                    return
                 except StoreError as exc:
                     emit(WorkerEvent("error", None, str(exc)))
                     # A dropped connection is not reused; the next claim opens a new one.
@@ -166,6 +188,40 @@ def work(store: Store, *, concurrency: int = 1, once: bool = False, poll_every: 
     finally:
         presence.stop()
     return report
+
+
+class _SchemaWatch:
+    """Whether the database was migrated past this code's ``SCHEMA_VERSION`` while the worker runs.
+
+    A claim reads the version in its own transaction (``store.claim_next`` raises ``SchemaAhead``); a run
+    being driven asks at its step boundaries, read here at most once a second: a migration's commit
+    reaches every drive within about a second plus the step in flight."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.read_at = time.monotonic()
+        self.seen: SchemaAhead | None = None
+
+    def found(self, exc: SchemaAhead) -> None:
+        self.seen = exc
+
+    def ahead(self) -> bool:
+        if self.seen is not None:
+            return True
+        with self.lock:
+            if time.monotonic() - self.read_at < self.EVERY_S:
+                return False
+            self.read_at = time.monotonic()
+        try:
+            version = self.store.schema_version()
+        except StoreError:
+            return False  # a database away: the drive's own next write says so
+        if version > SCHEMA_VERSION:
+            self.seen = SchemaAhead(self.store.label, version, SCHEMA_VERSION)
+        return self.seen is not None
 
 
 class _Presence:

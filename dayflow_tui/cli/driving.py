@@ -120,6 +120,15 @@ def saved_text(result) -> str:
 
 def say_what_waits(run_id: str) -> None:
     store = OPENED[-1]
+    if not any(row.state == "pending" for row in store.approvals(run_id)):
+        from ..agent.subagents import waiting_below
+
+        for child in waiting_below(store, run_id):  # the run waits on a subagent's run: that is where to decide
+            print(f"[waiting {run_id}] its subagent {printable(child.agent or '')} (run {child.id}) waits for a "
+                  "decision:", file=sys.stderr)
+            say_what_waits(child.id)
+        print(f"[waiting {run_id}] once decided, go on with: dayflow resume {run_id}", file=sys.stderr)
+        return
     for row in store.approvals(run_id):
         if row.state == "pending":
             print(f"[waiting {run_id}] {printable(row.tool_name)} {one_line(row.input, 200)} "

@@ -63,8 +63,9 @@ def _exit_quickly() -> None:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(mark_query_words(list(sys.argv[1:] if argv is None else argv)))
     try:
-        from ..config.settings import current
+        from ..config.settings import apply_flags, current
 
+        apply_flags(schema=getattr(args, "schema", None))
         current()  # every setting is checked before anything is opened or written
         if hasattr(args, "log_format"):  # a command that drives runs logs its events (--log-format, --log-level)
             from .driving import start_logs

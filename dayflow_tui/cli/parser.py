@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
+    common.add_argument("--schema", type=values.argument(values.identifier), metavar="NAME",
+                        help="PostgreSQL: the schema Dayflow's tables are in, set in every transaction (works "
+                        "behind PgBouncer in transaction pooling; default: $DAYFLOW_SCHEMA, the schema setting)")
 
     logs = _Parser(add_help=False)
     logs.add_argument("--log-format", type=values.argument(values.one_of, choices=LOG_FORMATS), metavar="text|json",
@@ -152,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--source", choices=["dayflow", "claude-code", "otel"],
                       help="only runs driven here (dayflow), imported Claude Code sessions (claude-code) or "
                       "OpenTelemetry traces received by `dayflow collect` (otel)")
+    runs.add_argument("--tree", action="store_true",
+                      help="each subagent run under the run whose call started it (its whole tree), with the "
+                      "tree's runs, steps, dollars and worst status at the parent")
 
     resume = sub.add_parser("resume", parents=[common, driving], help="continue an unfinished run")
     resume.add_argument("run_id", nargs="?", metavar="RUN_ID", help="default: the latest unfinished run")
@@ -187,8 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     raw.add_argument("--raw", action="store_true", help="plain JSON, one document per step: the blocks and "
                      "tool results as stored, the reply body as the API sent it, tokens")
     raw.add_argument("--jsonl", action="store_true", help="the same, one step per line")
+    raw.add_argument("--json", action="store_true", help="one JSON document: the run, its subagent tree "
+                     "(each child under the call that started it) with the rolled-up cost, and every step")
     show.add_argument("--no-pager", action="store_true",
                       help="on a terminal, print instead of paging through $PAGER (default: less)")
+    show.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing steps as they commit (from any host) until the run ends; never paged "
+                      "(PostgreSQL pushes each commit with LISTEN/NOTIFY; SQLite is polled twice a second)")
 
     cancel = sub.add_parser("cancel", parents=[common], help="stop a run for good: its call in flight is kept, "
                             "no new call starts, its pending tools do not run")

@@ -18,8 +18,10 @@ from ..ops import logs
 from .driving import show_step
 
 # A worker event's kind -> its log event and level; "started" is the claim (logged by ops.logs at debug).
-_LEVELS = {"lost": logging.WARNING, "paused": logging.WARNING, "failed": logging.ERROR, "error": logging.ERROR}
-_NAMES = {"lost": "run.lost", "paused": "run.paused", "failed": "run.failed", "error": "worker.store_error"}
+_LEVELS = {"lost": logging.WARNING, "paused": logging.WARNING, "failed": logging.ERROR, "error": logging.ERROR,
+           "outdated": logging.ERROR}
+_NAMES = {"lost": "run.lost", "paused": "run.paused", "failed": "run.failed", "error": "worker.store_error",
+          "outdated": "worker.outdated"}
 
 
 class WorkerLog:
@@ -74,6 +76,9 @@ class WorkerLog:
         text = ("dayflow worker: stopped; its runs were released for any worker to continue" if connected else
                 "dayflow worker: stopped before it reached the database; it held no run")
         logs.event(logging.INFO, "worker.interrupted", text)
+
+    def outdated_at_start(self, why: str) -> None:
+        logs.event(logging.ERROR, "worker.outdated", f"dayflow worker: {why}; not started (exit 78)", reason=why)
 
     def stopped(self, finished: int, failed: int) -> None:
         logs.event(logging.INFO, "worker.stopped", f"[worker pid {os.getpid()}] {finished} run(s) driven, "

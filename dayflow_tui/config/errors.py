@@ -4,7 +4,7 @@ Every kind is here, so what ``dayflow`` exits with can be read in one place (any
 internal error, exit 70); the modules that raise them import them from here. By exit code:
 
 - 1: ``DayflowError`` (the default), ``AgentNotFound``, ``AgentChanged``
-- 2: ``StoreError``, ``HistoryError``
+- 2: ``StoreError``, ``HistoryError``, ``SchemaAhead`` (``dayflow worker`` exits 78, ``EX_CONFIG``, for it)
 - 3: ``RunNotFound``
 - 4: ``RunBusy``, ``DecisionRefused``, ``RunCancelled``, ``CancelRefused``, ``ReadOnlyRun``
 - 5: ``ModelCallFailed``
@@ -26,6 +26,21 @@ class StoreError(DayflowError):
     """The database cannot be opened, read or written."""
 
     exit_code = 2
+
+
+class SchemaAhead(StoreError):
+    """The database is at a schema newer than this Dayflow's: a newer Dayflow migrated it (a rolling upgrade).
+
+    A command exits 2 as for any database it cannot serve; ``dayflow worker`` exits ``WORKER_EXIT`` (78,
+    EX_CONFIG), at start or when it notices mid-life, so a supervisor can tell "upgrade me" from a crash
+    (systemd: ``RestartPreventExitStatus=78``) instead of restarting the old version in a loop."""
+
+    WORKER_EXIT = 78
+
+    def __init__(self, label: str, found: int, known: int):
+        super().__init__(f"{label}: the database is at schema {found}, newer than this Dayflow's {known} "
+                         f"(a newer Dayflow migrated it); upgrade dayflow-tui")
+        self.found, self.known = found, known
 
 
 class RunNotFound(DayflowError):

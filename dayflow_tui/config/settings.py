@@ -24,7 +24,7 @@ import dataclasses
 import json
 import os
 import socket
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -119,6 +119,10 @@ class Settings:
     pg_keepalives_interval_s: int = 10
     pg_keepalives_count: int = 3
     pg_tcp_user_timeout_s: int = 60
+    # PostgreSQL: the schema Dayflow's tables live in, set at the start of every transaction (SET LOCAL
+    # search_path), so it holds behind PgBouncer in transaction pooling, which drops a URL's
+    # options=-csearch_path. None: the server's search_path (the URL's options, else public).
+    schema: str | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """These settings with flags applied; a None value leaves the setting as it is."""
@@ -133,17 +137,13 @@ class Settings:
     def data_home(self) -> Path:
         if self.data_dir is not None:
             return self.data_dir
-        import platformdirs
-
-        return Path(platformdirs.user_data_dir("dayflow", appauthor=False))
+        return _user_dir("data")
 
     @property
     def state_home(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
-        import platformdirs
-
-        return Path(platformdirs.user_state_dir("dayflow", appauthor=False))
+        return _user_dir("state")
 
     @property
     def default_db_path(self) -> Path:
@@ -283,6 +283,7 @@ _FIELDS: dict[str, tuple[str, Any, str]] = {
                                  "a whole number of seconds, at most 3600"),
     "pg_keepalives_count": ("DAYFLOW_PG_KEEPALIVES_COUNT", lambda raw: values.whole(raw, most=100),
                             "a number of probes, at most 100"),
+    "schema": ("DAYFLOW_SCHEMA", values.identifier, "a schema name (letters, digits and _)"),
     "pg_tcp_user_timeout_s": ("DAYFLOW_PG_TCP_USER_TIMEOUT", lambda raw: values.whole(raw, most=values.DAY_S),
                               "a whole number of seconds (0: the OS default)"),
 }
@@ -294,19 +295,39 @@ def config_path(env: Mapping[str, str]) -> Path:
     given = env.get("DAYFLOW_CONFIG")
     if given:
         return Path(given).expanduser()
+    return _user_dir("config") / "config.toml"
+
+
+# The XDG base directories platformdirs gives on Linux, without importing it (it costs a few ms of every
+# command's start-up: tempfile, shutil and the compressors come with it); elsewhere platformdirs decides.
+_XDG = {"data": ("XDG_DATA_HOME", ".local/share"), "state": ("XDG_STATE_HOME", ".local/state"),
+        "config": ("XDG_CONFIG_HOME", ".config")}
+
+
+def _user_dir(kind: str) -> Path:
+    if sys.platform.startswith("linux"):
+        variable, under_home = _XDG[kind]
+        base = os.environ.get(variable, "").strip()
+        return Path(base if base else Path.home() / under_home) / "dayflow"
     import platformdirs
 
-    return Path(platformdirs.user_config_dir("dayflow", appauthor=False)) / "config.toml"
+    return Path(getattr(platformdirs, f"user_{kind}_dir")("dayflow", appauthor=False))
 
 
 def _read_config(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        fh = open(path, "rb")
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
         raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
+    import tomllib  # only when there is a file: most commands have none, and this import is not free
+
+    with fh:
+        try:
+            data = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"config file {path}: cannot be read ({exc})") from None
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict) and key in _TABLES:

@@ -249,6 +249,18 @@ def host_name(raw: Any) -> str:
     return found.strip("[]")
 
 
+def identifier(raw: Any) -> str | None:
+    """A database identifier written without quotes: a letter or ``_``, then letters, digits or ``_``, at most
+    63 bytes (PostgreSQL's limit), folded to lower case as PostgreSQL folds it; nothing is None. It goes into
+    SQL quoted, so nothing else may be in it."""
+    found = text(raw)
+    if found is None:
+        return None
+    if len(found) > 63 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", found):
+        raise BadValue("must be a name of letters, digits and _ (not starting with a digit, at most 63)")
+    return found.lower()
+
+
 def tool_names(raw: Any) -> tuple[str, ...]:
     """Tool names, as a list or separated by commas: letters, digits, ``_`` and ``-``, at most 64 each."""
     items = raw.split(",") if isinstance(raw, str) else raw

@@ -53,6 +53,7 @@ class Span:
     status_code: int = 0  # 0 unset, 1 ok, 2 error
     status_message: str = ""
     service: str | None = None
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # what otel.collect read of it
 
 
 def unzip(body: bytes, encoding: str, limit: int) -> bytes:

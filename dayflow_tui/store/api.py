@@ -28,10 +28,11 @@ from ..config import settings
 from ..config.errors import StoreError
 from ..search.query import Query
 from .dialect import Dialect, dialect_for
+from .dialect.base import ChangeFeed
 from .leases import STALE_AFTER_S, Lease, heartbeat
 from .models import Approval, Run, RunResume, Step, Task, bound_to, database_proxy
 from .retry import RETRY_FOR_S, backoff_delays, describe, is_driver_error, is_transient, patience_left
-from .schema import migrate
+from .schema import SCHEMA_VERSION, migrate
 from .search.backfill import OnNote, OnProgress
 from .search.pending import FLUSH_EVERY, index_pending_steps
 from .search.query import SearchResult
@@ -61,6 +62,8 @@ class Store:
         # Where a migration reports while ``open_store`` runs it (search.backfill); None: nobody listens.
         self.migration_progress: OnProgress | None = None
         self.migration_note: OnNote | None = None
+        # The newest schema this code knows (a claim on a database migrated past it takes nothing).
+        self.known_schema = SCHEMA_VERSION
         # Code outside any store method (tests reading rows) falls back to the newest store.
         database_proxy.initialize(self.db)
 
@@ -120,6 +123,17 @@ class Store:
         """Cheap value that changes whenever another connection commits (``tables.database``)."""
         return database.change_marker(self)
 
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        """Word of other connections' commits as they land, where the database pushes it (PostgreSQL: LISTEN on a
+        connection and thread of the feed's own; ``on_change`` runs on that thread); elsewhere a feed that is
+        never ``live``, and the reader polls ``change_marker``. Not started: ``.start()``, then ``.stop()``."""
+        return self.dialect.change_feed(on_change)
+
+    def schema_version(self) -> int:
+        """The database's schema version as it is now: a newer Dayflow may have migrated it since this opened
+        (``SCHEMA_VERSION`` is this code's)."""
+        return database.schema_version(self)
+
     def db_now(self, plus_seconds: float = 0.0) -> str:
         """The database's current time as stored text, ``plus_seconds`` on (``tables.database``)."""
         return database.db_now(self, plus_seconds)
@@ -152,6 +166,14 @@ class Store:
                                        max_steps=max_steps, compact_at=compact_at, run_id=run_id,
                                        budget_usd=budget_usd, approval_tools=approval_tools, agent=agent,
                                        priority=priority)
+
+    def subagent_runs(self, run_id: str) -> list[Run]:
+        """The runs ``run_id``'s calls started (its subagents' runs; its forks are not among them), oldest first."""
+        return runs.subagents_of(self, [run_id]).get(run_id, [])
+
+    def runs_below(self, run_id: str) -> list[Run]:
+        """Every subagent run under ``run_id``, to any depth, nearest first (one query per level)."""
+        return runs.runs_below(self, run_id)
 
     def get_run(self, run_id: str) -> Run:
         """The run with this id, or the one run whose id starts with it (4 characters or more); else RunNotFound."""
@@ -189,8 +211,10 @@ class Store:
 
     def cancel_run(self, run_id: str, *, by: str, reason: str | None = None) -> CancelOutcome:
         """Cancel a run once: at once if nothing drives it, else asked of its driver (``tables.cancels``);
-        CancelRefused when it has ended."""
-        return cancels.cancel_run(self, run_id, by=by, reason=reason)
+        CancelRefused when it has ended. The subagents' runs under it are cancelled with it."""
+        outcome = cancels.cancel_run(self, run_id, by=by, reason=reason)
+        cancels.cancel_below(self, outcome.run_id, by=by, reason=reason)
+        return outcome
 
     def set_title(self, run_id: str, title: str) -> bool:
         """Give the run a title (one line, 200 characters at most); False when it had that title already."""
@@ -406,6 +430,10 @@ class Store:
     def forks_of(self, run_ids: list[str]) -> dict[str, list[Run]]:
         """Each of these runs' forks, oldest first."""
         return forks.forks_of(self, run_ids)
+
+    def subagents_of(self, run_ids: list[str]) -> dict[str, list[Run]]:
+        """Each of these runs' subagent runs (``parent_call_id`` set), oldest first; forks are not among them."""
+        return runs.subagents_of(self, run_ids)
 
     def run_resumes(self, run_id: str) -> list[RunResume]:
         """Where each resume of the run began, oldest first."""

@@ -26,6 +26,8 @@ class StoreHandle(Protocol):
     # Where a migration reports while ``open_store`` runs it (None: nobody listens).
     migration_progress: Any
     migration_note: Any
+    # The newest schema version this code knows (``schema.SCHEMA_VERSION``).
+    known_schema: int
 
     def commit_window(self) -> float:
         """How long the commit of a paid reply keeps trying."""

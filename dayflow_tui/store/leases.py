@@ -198,6 +198,8 @@ def still_refused(run: Run) -> None:
 
 def effective_status(run: Run) -> str:
     """The status a user should see: a 'running' run with a dead owner is 'interrupted'."""
+    if getattr(run, "source", None) not in (None, "dayflow"):
+        return run.status  # an imported run has no owner here: "running" is its source's word (an OTLP trace going on)
     if run.status == RunStatus.RUNNING and not owner_alive(run):
         return RunStatus.INTERRUPTED.value
     return run.status

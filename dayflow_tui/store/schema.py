@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable
 import peewee
 
 from .. import clock
-from ..config.errors import StoreError
+from ..config.errors import SchemaAhead, StoreError
+from ..testhook import schema_ahead
 from .models import MODELS, POSTGRES_MODELS, Approval, Blob, ImportedFile, Run, Step, Task, Worker
 from .sample_tasks import SEED_TASKS
 from .search.backfill import add_search_index
@@ -169,12 +170,20 @@ def _add_child_runs(store: "StoreHandle") -> None:
     add_column(store, Run, Run.parent_call_id)
 
 
+def _next_version_probe(store: "StoreHandle") -> None:
+    """Tests only (``testhook.schema_ahead``): the next Dayflow's migration, additive like every real one."""
+    if "upgrade_probe" not in column_names(store, Run):
+        store.db.execute_sql('ALTER TABLE "runs" ADD COLUMN "upgrade_probe" INTEGER NOT NULL DEFAULT 0')
+
+
 MIGRATIONS: tuple[Callable[["StoreHandle"], None], ...] = (_create_tables, _add_owner_started, _replies_as_sent,
                                                     add_resumes_table, add_search_index, _add_budget_usd,
                                                     _add_approvals, _add_lineage, _add_agents,
                                                     _status_in_list_order, _index_after_commit,
                                                     _add_cancel_and_priority, _add_title, _add_call_charges,
                                                     _add_sources, _add_blobs, _add_workers, _add_child_runs)
+if schema_ahead():
+    MIGRATIONS += (_next_version_probe,)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -197,14 +206,18 @@ def migrate(store: "StoreHandle", *, create: bool = True, upgrade: bool = True) 
     dialect, db = store.dialect, store.db
     version = dialect.schema_version(db)
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{store.label}: written by a newer Dayflow (schema {version}); "
-                         f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.")
+        error = SchemaAhead(store.label, version, SCHEMA_VERSION)
+        error.args = (f"{store.label}: written by a newer Dayflow (schema {version}); "
+                      f"this version reads schema {SCHEMA_VERSION} at most. Upgrade dayflow-tui.",)
+        raise error
     if version == SCHEMA_VERSION:
         return
     if version == 0 and not create:
         # Asked only to read (show, resume, runs, tasks on a named database): never create tables in it.
         raise StoreError(f"{store.label}: no Dayflow tables in this {dialect.container} yet (nothing to read)")
-    if not upgrade:
+    if not upgrade and version != 0:
+        # An empty database that may be created (the default file a first command makes) is made, not
+        # "upgraded": only a database holding an older schema is left for `dayflow migrate`.
         raise StoreError(f"{store.label}: written by an older Dayflow (schema {version}; this one uses "
                          f"{SCHEMA_VERSION}); upgrade it once with: dayflow migrate --db {store.label}")
     with store.write_transaction():

@@ -10,6 +10,8 @@ here) when the ``otel_endpoint`` setting names a receiver.
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import weakref
 from pathlib import Path
 from decimal import Decimal
@@ -34,7 +36,7 @@ from .colours import STATUS_VARIABLES, readable
 from .commands import DayflowCommands
 from .cost_view import ResumeDialog, ResumePriced, needs_confirm
 from .forming import FormingReply, ReplyPieces
-from .messages import ReplyForming, RunFailed, RunFinished, RunStarted, StepCommitted
+from .messages import ChangesPushed, ReplyForming, RunFailed, RunFinished, RunStarted, StepCommitted
 from ..views.reader import Reader
 from .widgets.header import DayflowHeader, HeaderFacts
 from .screens.time_travel import Forked
@@ -88,6 +90,9 @@ def renewed_budget_usd(run: Run, spent: Decimal | None) -> Decimal | None:
 FOLLOW_EVERY_S = 1.0  # --follow-claude-code: how often the session files are read again
 
 
+# While the database pushes commits, a screen's poll of the change marker is a safety net this often.
+LIVE_SAFETY_POLL_S = 5.0
+
 class DayflowApp(App):
     """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
 
@@ -121,6 +126,28 @@ class DayflowApp(App):
         self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
         self.forming: dict[str, FormingReply] = {}  # run id -> its reply streaming in now (driven here)
         self._resuming: set[str] = set()
+        # Commits pushed by the database (PostgreSQL: LISTEN on the feed's own connection and thread); while it
+        # is live the screens' poll timers only tick every LIVE_SAFETY_POLL_S, as a safety net.
+        self.change_feed = store.change_feed(on_change=self._changes_pushed)
+        self._push_queued = threading.Event()
+
+    def _changes_pushed(self) -> None:
+        """On the feed's thread: one ChangesPushed in the queue at a time (a burst of commits is one poll)."""
+        if not self._push_queued.is_set():
+            self._push_queued.set()
+            self.post_message(ChangesPushed())
+
+    @on(ChangesPushed)
+    def _poll_pushed(self) -> None:
+        self._push_queued.clear()
+        poll = getattr(self.screen, "poll", None)
+        if poll is not None:
+            poll()
+
+    def poll_due(self, last_poll: float) -> bool:
+        """A screen's poll timer asks: every tick while nothing pushes (SQLite, a feed that is down), else only
+        when the last poll is LIVE_SAFETY_POLL_S old."""
+        return not self.change_feed.live or time.monotonic() - last_poll >= LIVE_SAFETY_POLL_S
 
     def on_mount(self) -> None:
         from ..config import settings
@@ -138,6 +165,7 @@ class DayflowApp(App):
         self.push_screen(RunListScreen(status=state.status_filter, sort=state.sort, ascending=state.ascending,
                                        hidden=state.hidden_columns))
         self.call_after_refresh(self.settle_heap)
+        self.change_feed.start()
         self.set_interval(1.0, self._settle_if_asked)
         if self.follow_claude_code is not None:
             self._follow_tick()
@@ -271,6 +299,7 @@ class DayflowApp(App):
                             severity="warning")
 
     def on_unmount(self) -> None:
+        self.change_feed.stop()
         self.reader.close()
 
     # -- navigation --------------------------------------------------------

@@ -54,7 +54,7 @@ WORKERS = [
 ]
 
 TRANSCRIPT = [
-    Binding("escape,backspace", "back", "Back", id="back", tooltip="Back to the run list"),
+    Binding("escape,backspace", "back", "Back", id="back", tooltip="Back to the run list (or to the parent run)"),
     Binding("j,down", "step(1)", "Next step", key_display="j", id="next-step"),
     Binding("k,up", "step(-1)", "Prev step", key_display="k", show=False, id="prev-step"),
     Binding("g,home", "first_step", "First", key_display="g", show=False, id="first-step"),
@@ -130,6 +130,10 @@ SEARCH = [
     Binding("pageup", "move(-10)", "Page up", show=False, id="search-page-up"),
 ]
 
+# The step list's Enter: shown (and acted on) only on a step whose call started a subagent run (↳).
+STEP_LIST = [Binding("enter", "select", "Open subagent", key_display="⏎", id="open-subagent",
+                     tooltip="Open the subagent run the highlighted step's call started; Esc comes back here")]
+
 TRANSCRIPT_SEARCH = [
     Binding("n", "next_match", "Next match", id="next-match", tooltip="Jump to the next match of the search"),
     Binding("N", "prev_match", "Prev match", key_display="N", show=False, id="prev-match",
@@ -148,7 +152,9 @@ SECTIONS = (
      + [Binding("j,k,g,G", "", "Move; first; last"),
                              Binding("pageup,pagedown", "", "Page")]),
     ("Transcript", TRANSCRIPT + [Binding("space", "", "Mark or unmark the waiting call under the cursor "
-                                         "(a and d act on the marked ones)")] + TRANSCRIPT_SEARCH),
+                                         "(a and d act on the marked ones)"),
+                                 Binding("enter", "", "Open the subagent run the step's call started (↳); "
+                                         "Esc comes back to this step")] + TRANSCRIPT_SEARCH),
     ("JSON view (v, x)", [Binding("up,down,pageup,pagedown,home,end", "", "Move the cursor line"),
                           Binding("left,right", "", "Scroll sideways (long strings)")]
      + [binding for binding in JSON_VIEW if binding.id]),

@@ -135,6 +135,46 @@ def hostile_run(store: Store, run_id: str, at: datetime) -> None:
                           final_status="done", final_text=brief)
 
 
+def mcp_run(store: Store, run_id: str, at: datetime) -> None:
+    """A finished run of an agent whose tools come from an MCP server (``counting``): the shape records each
+    tool's server and annotations as ``Agent.describe`` does; step 1 calls a read-only, a destructive (approved)
+    and an unannotated tool, the last killed mid-call (answered "outcome unknown")."""
+    annotations = {"counting__look": {"readOnlyHint": True},
+                   "counting__wipe": {"destructiveHint": True},
+                   "counting__send": {}}
+    rules = {"counting__look": {"kind": "read_only", "key": None, "approval": False},
+             "counting__wipe": {"kind": "plain", "key": None, "approval": True},
+             "counting__send": {"kind": "plain", "key": None, "approval": False}}
+    shape = {"system": "Use the tools.", "model": OFFLINE_MODEL, "tools": {name: {"type": "object"} for name in rules},
+             "tool_rules": rules,
+             "mcp_servers": {"counting": {"transport": "http", "url": "https://mcp.example.com/mcp", "headers": {},
+                                          "secret_headers": ["Authorization"], "auto_approve": ["send"],
+                                          "overrides": {}, "timeout_s": 60.0}},
+             "mcp_tools": {name: {"server": "counting", "annotations": hints} for name, hints in annotations.items()}}
+    with clock_at(at):
+        run = store.create_run("Forecast, wipe the cache, tell the team", model=OFFLINE_MODEL, run_id=run_id,
+                               status="running", agent={"agent": "mcpdemo", "agent_shape": json.dumps(shape)})
+    with clock_at(at + timedelta(seconds=2)):
+        assistant = [{"type": "text", "text": "Checking the forecast, clearing the cache and telling the team."},
+                     {"type": "tool_use", "id": "toolu_m1", "name": "counting__look", "input": {"city": "Lisbon"}},
+                     {"type": "tool_use", "id": "toolu_m2", "name": "counting__wipe", "input": {"key": "cache"}},
+                     {"type": "tool_use", "id": "toolu_m3", "name": "counting__send", "input": {"text": "done"}}]
+        store.append_step(run.id, StepRecord(n=1, stop_reason="tool_use", assistant=assistant, input_tokens=640,
+                                             output_tokens=88, model=OFFLINE_MODEL, duration_ms=520))
+        unknown = {"ok": False, "error": {"code": "outcome_unknown",
+                                          "message": "the process died during this call; it was not run again"}}
+        store.set_tool_results(run.id, 1, [
+            {"type": "tool_result", "tool_use_id": "toolu_m1", "content": "Lisbon: dry, 21 C"},
+            {"type": "tool_result", "tool_use_id": "toolu_m2", "content": "wiped cache"},
+            {"type": "tool_result", "tool_use_id": "toolu_m3", "content": json.dumps(unknown), "is_error": True}])
+    with clock_at(at + timedelta(seconds=5)):
+        text = "Lisbon is dry at 21 C; the cache is wiped; the message may or may not have gone out."
+        store.append_step(run.id, StepRecord(n=2, stop_reason="end_turn", assistant=[{"type": "text", "text": text}],
+                                             input_tokens=900, output_tokens=40, model=OFFLINE_MODEL,
+                                             duration_ms=480),
+                          final_status="done", final_text=text)
+
+
 def every_status(store: Store) -> Lease:
     """One run per status, oldest first: done, budget, failed, interrupted, queued, running.
 

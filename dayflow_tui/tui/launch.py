@@ -16,12 +16,14 @@ from .app import WATCHABLE_DELAY_S, DayflowApp
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..config.values import address, argument
+    from ..config.values import address, argument, identifier
 
     parser = argparse.ArgumentParser(prog="dayflow-tui", description="Watch, inspect and resume Dayflow runs.")
     parser.add_argument("--db", metavar="PATH|URL", help="database file, sqlite:///PATH or "
                         "postgresql://USER@HOST:PORT/DBNAME (default: $DAYFLOW_DB or "
                         "~/.local/share/dayflow/dayflow.db)")
+    parser.add_argument("--schema", type=argument(identifier), metavar="NAME",
+                        help="PostgreSQL: the schema Dayflow's tables are in (default: $DAYFLOW_SCHEMA)")
     parser.add_argument("--serve", metavar="HOST:PORT", nargs="?", const=("127.0.0.1", 8000),
                         type=argument(address), help="serve the dashboard to a browser (textual-serve) on "
                         "HOST:PORT (default 127.0.0.1:8000), at a URL with a random token it prints")
@@ -37,6 +39,9 @@ def _print_note(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from ..config import settings as chosen
+
+    chosen.apply_flags(schema=args.schema)
     try:
         with ProgressBar.for_stderr("indexing runs for search") as bar:  # a migration, before the screen is taken
             store = open_store(args.db, on_progress=bar, on_note=_print_note)

@@ -12,6 +12,11 @@ from ..agent.events import RunResult, StepEvent
 from .forming import FormingReply
 
 
+class ChangesPushed(Message):
+    """The database pushed word of another connection's commit (PostgreSQL's LISTEN, ``store.change_feed``):
+    the shown screen polls now rather than at its next tick. Posted from the feed's thread, at most one queued."""
+
+
 class RunStarted(Message):
     """A drive worker holds the run's lease and is about to call the model."""
 

@@ -30,6 +30,11 @@ def command_for(db: str | None) -> str:
     if db:
         local = "://" not in db
         argv += ["--db", str(Path(db).expanduser().resolve()) if local else db]
+    from ..config.settings import current
+
+    schema = current().schema  # --schema given to this process reaches each connection's dashboard too
+    if schema:
+        argv += ["--schema", schema]
     return shlex.join(argv)
 
 

@@ -24,6 +24,7 @@ from ..money.cost import RunCost, run_costs
 from ..store import Store, effective_status
 from ..store.models import Run
 from .forks import arrange, has_forks
+from .run_tree import read_rollups
 
 PAGE = 200
 # Stored status that each shown status comes from ("interrupted" is a running run with a dead owner).
@@ -121,6 +122,9 @@ class RunWindow:
     forks: Mapping[str, int] = field(default_factory=dict)
     folded: frozenset = frozenset()
     capped: bool = False  # a sorted list of the newest SORT_LIMIT runs only
+    # The roll-up (views.run_tree.Rollup) of each loaded run that has subagent runs under it: what a folded
+    # parent shows (the tree's dollars, its worst status), read with the rows (children loaded or not).
+    trees: Mapping[str, object] = field(default_factory=dict)
 
     def row(self, index: int) -> Run | None:
         index -= self.offset
@@ -142,15 +146,18 @@ class RunListModel:
     def window(self) -> RunWindow:
         return self._window
 
-    def _commit(self, window: RunWindow) -> RunWindow:
-        self._window = replace(_arranged(window, frozenset(self._folded)), version=self._window.version + 1)
+    def _commit(self, window: RunWindow, *, same_rows: bool = False) -> RunWindow:
+        """``window`` arranged and numbered; its trees rolled up again unless its rows are the last ones'."""
+        trees = self._window.trees if same_rows else read_rollups(self.store, window.rows)
+        self._window = replace(_arranged(window, frozenset(self._folded)), trees=trees,
+                               version=self._window.version + 1)
         return self._window
 
     def fold(self, run_id: str) -> RunWindow:
         """Fold a run's forks away, or unfold them."""
         with self._lock:
             self._folded.symmetric_difference_update({run_id})
-            return self._commit(replace(self._window, keep=run_id, reloaded=False, changed=True))
+            return self._commit(replace(self._window, keep=run_id, reloaded=False, changed=True), same_rows=True)
 
     def reload(self, run_filter: RunFilter, keep: str | None = None, *, until: int = 0) -> RunWindow:
         """Start over from the newest run (on open, on a new filter), loading at least ``until`` rows."""
@@ -292,7 +299,7 @@ class RunListModel:
                 # Nothing committed; an owner may still have died (running -> interrupted in the header).
                 header = self._header_counts(marker)
                 return None if header["counts"] == dict(window.counts) else self._commit(replace(
-                    window, keep=None, reloaded=False, changed=False, **header))
+                    window, keep=None, reloaded=False, changed=False, **header))  # liveness: trees again
             # A sorted list: a commit may move any row, so it is read again (the cursor stays on its run).
             if not window.filter.sorted:
                 changed = self.store.runs_updated_since(_since(window.last_seen))

@@ -21,6 +21,7 @@ class RunLine:
     status: str  # the status shown (a running run whose owner died is interrupted)
     depth: int  # 0, or how deep a fork sits under a listed parent
     cost: object  # a money.cost.RunCost
+    rollup: object = None  # ``runs --tree``: a views.run_tree.Rollup of the subagent tree under it, if any
 
 
 def run_lines(store, *, limit: int, status: str | None = None, source: str | None = None) -> tuple[RunLine, ...]:
@@ -35,6 +36,31 @@ def run_lines(store, *, limit: int, status: str | None = None, source: str | Non
     costs = run_costs(store, [r.id for r in runs])
     return tuple(RunLine(run, effective_status(run), depth, costs[run.id])
                  for run, depth in arrange(runs).with_depth())
+
+
+def tree_lines(store, *, limit: int, status: str | None = None, source: str | None = None
+               ) -> tuple[RunLine, ...]:
+    """``runs --tree``: the newest ``limit`` runs, each subagent run under the run whose call started it (read
+    whole, however far down the list it would be), forks under their parents as ``run_lines`` places them,
+    and each parent's roll-up (``views.run_tree``)."""
+    from ..store import effective_status
+    from .forks import arrange
+    from .run_tree import read_subtrees, roll_up
+
+    runs = store.list_runs(limit=limit, status=[status] if status else None, source=source)
+    if status in ("running", "interrupted"):
+        runs = [r for r in runs if effective_status(r) == status]
+    listed = {r.id for r in runs}
+    # A subagent run is listed under its parent's tree when the parent is listed; on its own otherwise.
+    tops = [r for r in runs if not (r.parent_call_id and r.parent_id in listed)]
+    trees = read_subtrees(store, tops)
+    lines: list[RunLine] = []
+    for run, depth in arrange(tops).with_depth():
+        tree = trees[run.id]
+        for node, below in tree.walk():
+            rollup = roll_up(node) if node.children else None
+            lines.append(RunLine(node.run, node.status, depth + below, node.cost, rollup))
+    return tuple(lines)
 
 
 def run_json(line: RunLine) -> dict:
@@ -56,6 +82,13 @@ def run_json(line: RunLine) -> dict:
             "source": r.source or "dayflow",
             "session": None if (r.source or "dayflow") == "dayflow" else {
                 "id": r.external_id, "dir": r.external_dir, "git_branch": r.external_branch}}
+
+
+def tree_run_json(line: RunLine) -> dict:
+    """One run of ``dayflow runs --tree --json``: ``run_json`` with its depth and its tree's roll-up."""
+    from .run_tree import rollup_json
+
+    return {**run_json(line), "depth": line.depth, "tree": rollup_json(line.rollup)}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 
+from dayflow_tui.agent import runs
 from dayflow_tui.agent.registry import load_agent
 from dayflow_tui.agent.tools import ToolContext
 from dayflow_tui.store import open_store
@@ -134,7 +135,7 @@ def test_a_call_whose_child_finished_answers_from_it_without_a_call(tmp_path, mo
             # The parent's call run again (a crash after the child ended, before the parent kept the result):
             tool = load_agent(ref).tool_named("researcher")
             ctx = ToolContext(store=store, run_id=parent.id, today=datetime.date.today(), agent=load_agent(ref),
-                              call_id="toolu_parent01")
+                              call_id="toolu_parent01", hand_over=runs.hand_over)
             payload, is_error = tool.run(ctx, {"task": "Lisbon's weather today"})
             assert (payload, is_error) == ("Lisbon is dry, 21 C.", False)
             assert api.calls == calls and len(store.list_runs()) == 2
@@ -208,7 +209,7 @@ def test_a_call_made_after_its_run_was_asked_to_cancel_starts_no_child(tmp_path,
             assert store.cancel_run("cancwriter01", by="ana@desk", reason="enough").asked
             tool = load_agent(ref).tool_named("researcher")
             ctx = ToolContext(store=store, run_id="cancwriter01", today=datetime.date.today(), agent=load_agent(ref),
-                              call_id="toolu_parent01")
+                              call_id="toolu_parent01", hand_over=runs.hand_over)
             payload, is_error = tool.run(ctx, {"task": "Lisbon's weather today"})
             assert is_error and "not started" in json.dumps(payload) and "cancelled by ana@desk: enough" in \
                 json.dumps(payload)

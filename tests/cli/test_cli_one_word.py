@@ -75,3 +75,31 @@ def test_the_default_database_directory_is_still_made(tmp_path):
                           stdin=subprocess.DEVNULL, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "data" / "dayflow" / "dayflow.db").is_file()
+
+
+def test_a_reading_command_first_on_a_new_machine_makes_the_default_database(tmp_path):
+    """`dayflow runs` (or `tasks`) as a new user's first command: the default file is made with its tables,
+    never left empty so that every later command calls it "written by an older Dayflow (schema 0)".
+    An empty file left at the default place (a first command killed while it made it) is made whole too."""
+    import os
+    import sqlite3
+
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "DAYFLOW_OFFLINE_DELAY": "0"}
+    env.pop("DAYFLOW_DB", None)
+
+    def run(*argv):
+        return subprocess.run(dayflow_cmd(*argv), capture_output=True, text=True, env=env, timeout=60,
+                              stdin=subprocess.DEVNULL, cwd=tmp_path)
+
+    default = tmp_path / "data" / "dayflow" / "dayflow.db"
+    for _ in range(2):
+        first = run("runs")
+        assert first.returncode == 0, first.stderr
+        assert "no runs yet" in first.stderr
+    assert run("tasks").returncode == 0
+    default.unlink()
+    sqlite3.connect(default).execute("PRAGMA user_version = 0").connection.close()  # an empty file
+    again = run("runs")
+    assert again.returncode == 0, again.stderr
+    assert run("brief").returncode == 0
+    assert len(run("runs").stdout.strip().splitlines()) == 1

@@ -18,75 +18,12 @@ import re
 import signal
 import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
-
-import pytest
 
 from ..conftest import dayflow_cmd
 from ..reliability_helpers import cli_env, dayflow, text
 
 RAW_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
 EVIL = "\x1b[31mRED\x1b[0m\x1b]0;pwned\x07[bold]markup[/bold]\x9b2J\r\x00"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Collect:
-    """A running ``dayflow collect`` on a free port."""
-
-    def __init__(self, db, tmp_path, **env):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1/traces"
-        self.log = tmp_path / f"collect-{self.port}.log"
-        self.err = self.log.open("wb")
-        self.proc = subprocess.Popen(dayflow_cmd("collect", "--otlp-http", f"127.0.0.1:{self.port}", "--db", str(db)),
-                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL,
-                                     env=cli_env(**env))
-        deadline = time.monotonic() + 60
-        while "listening on" not in self.said():
-            assert self.proc.poll() is None, self.said()
-            assert time.monotonic() < deadline, self.said()
-            time.sleep(0.05)
-
-    def said(self) -> str:
-        return self.log.read_bytes().decode("utf-8", "replace")
-
-    def post(self, body: bytes, content_type="application/json", path="/v1/traces", method="POST", **headers):
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body if method == "POST" else None,
-                                         method=method, headers={"Content-Type": content_type, **headers})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                return answer.status, answer.read()
-        except urllib.error.HTTPError as refused:
-            return refused.code, refused.read()
-
-    def stop(self, how=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(how)
-        code = self.proc.wait(timeout=30)
-        self.err.close()
-        return code
-
-
-@pytest.fixture
-def collect(tmp_path):
-    running = []
-
-    def start(db, **env):
-        running.append(Collect(db, tmp_path, **env))
-        return running[-1]
-
-    yield start
-    for one in running:
-        if one.proc.poll() is None:
-            one.proc.kill()
-            one.proc.wait()
 
 
 def runs_json(db, *extra):
@@ -387,11 +324,14 @@ def test_spans_in_any_order_across_requests_make_one_run_in_time_order(store):
     chat2 = span("e", "a", "chat m1", 5, 6, **{"gen_ai.usage.input_tokens": 9})
     chat3 = span("f", "a", "chat m1", 7, 8, **{"gen_ai.usage.input_tokens": 11})
     collector = Collector(store, hold_s=60)
-    assert collector.take([tool, chat2]).runs == []  # held: no agent span yet
-    assert collector.held() == 2
-    taken = collector.take([running, chat1, agent])
-    assert taken.new_runs == 1 and taken.steps == 2 and collector.held() == 0
+    first = collector.take([tool, chat2])  # no agent span yet: the run is there, running, its step not yet
+    assert (first.new_runs, first.steps) == (1, 0)  # chat2 (usage only) may still be followed by its tools
     (run,) = store.list_runs(source="otel")
+    assert (run.status, run.step_count, run.agent) == ("running", 0, "otel")
+    taken = collector.take([running, chat1, agent])
+    assert taken.new_runs == 0 and taken.steps == 2 and collector.held() == 0
+    (run,) = store.list_runs(source="otel")
+    assert (run.status, run.agent) == ("done", "planner")
     steps = store.steps(run.id)
     assert [s.input_tokens for s in steps] == [5, 9]  # time order, not arrival order
     assert json.loads(steps[0].tool_results) == [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from dayflow_tui.agent.runs import run_brief
+from dayflow_tui.store import open_store
 
 from ..conftest import dayflow_cmd
 from ..loopback_api import LoopbackAPI
@@ -173,3 +174,16 @@ def test_a_plain_listing_imports_nothing_it_does_not_use(db_path, counting_clien
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "0 []", (args, done.stdout[-3000:])
+
+
+def test_a_listing_without_a_config_file_imports_no_toml_parser_nor_platformdirs(tmp_path, db_path):
+    """On Linux the XDG directories are read from the environment (as platformdirs reads them) and the TOML
+    parser is imported only when a config file exists; the control: a config file brings tomllib in."""
+    run_brief_db = str(db_path)
+    open_store(run_brief_db).close()
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "DAYFLOW_CONFIG": ""}
+    names = imported_modules(dayflow_cmd("runs", "--db", run_brief_db), **env)
+    assert not of_package(names, "tomllib") and not of_package(names, "platformdirs")
+    (tmp_path / "config" / "dayflow").mkdir(parents=True)
+    (tmp_path / "config" / "dayflow" / "config.toml").write_text("theme = 'textual-dark'\n")
+    assert of_package(imported_modules(dayflow_cmd("runs", "--db", run_brief_db), **env), "tomllib")

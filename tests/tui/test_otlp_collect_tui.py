@@ -58,3 +58,30 @@ async def test_a_collected_run_is_marked_read_only_and_a_new_one_shows_live(stor
         collector.take(agent_turn("2" * 32, "Second agent"))  # as a running `dayflow collect` would write it
         await wait_for(pilot, lambda: "[otel Second agent]" in screen_text(app), timeout=20)
         print(f"collected run shown after {time.monotonic() - sent:.2f} s")
+
+
+async def test_a_live_run_grows_on_screen_and_its_nested_agent_is_listed_under_it(store):
+    """A trace arriving span by span while the dashboard is open: the run shows running with its first step, the
+    agent it calls as a tool appears nested under it (``└─ ↳``), and the agent span's end shows it done."""
+    from ..agent.test_collect_live import the_trace
+
+    spans = the_trace()  # c1, t1, h1, helper, t2, c2, c3, outer: the order an SDK ends them
+    collector = Collector(store, hold_s=60)
+    collector.take(spans[:2])
+    (outer,) = store.list_runs(source="otel")
+    app = DayflowApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await select_loaded(pilot, outer.id)
+
+        def row(run_id):  # the run list's line (left of the preview pane; the id cut to its column)
+            lines = [line.split("▏")[0] for line in screen_text(app).splitlines()]
+            return next((line for line in lines if line.startswith(f" {run_id[:13]}")), "")
+
+        assert "running" in row(outer.id) and "[otel otel]" in row(outer.id)
+        collector.take(spans[2:5])  # the helper's chat, its span (failed), the tool span above it
+        helper = next(r for r in store.list_runs(source="otel") if r.id != outer.id)
+        await wait_for(pilot, lambda: "└─ ↳ [otel helper]" in row(helper.id), timeout=20)
+        assert "failed" in row(helper.id)
+        collector.take(spans[5:])
+        await wait_for(pilot, lambda: "[otel planner]" in row(outer.id) and "done" in row(outer.id), timeout=20)

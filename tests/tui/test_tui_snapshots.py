@@ -110,6 +110,30 @@ def test_transcript_tool_error(snap_compare, tui_store):
     assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=_open_run("run-hostile-1"))
 
 
+def test_transcript_mcp_calls(snap_compare, tui_store):
+    """Each MCP tool call names its server, and its recorded annotations with what they made of it."""
+    demo_data.mcp_run(tui_store, "run-mcp-0001", demo_data.BASE_TIME)
+    opened = _open_run("run-mcp-0001")
+
+    async def run_before(pilot):
+        await opened(pilot)
+        await pilot.press("home")
+        await wait_for(pilot, lambda: "MCP server counting" in str(pilot.app.screen.query(".tool-call-title")
+                                                                   .first().render()))
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
+def test_run_preview_mcp_servers_and_annotations(snap_compare, tui_store):
+    """The run list's preview names the run's MCP server and, per tool, its annotations and what they made of it."""
+    demo_data.mcp_run(tui_store, "run-mcp-0001", demo_data.BASE_TIME)
+
+    async def run_before(pilot):
+        await _list_ready(pilot)
+        await select_loaded(pilot, "run-mcp-0001")
+        await wait_for(pilot, lambda: "MCP counting" in str(pilot.app.screen.query_one("#preview-text").render()))
+    assert snap_compare(DayflowApp(tui_store), terminal_size=SIZE, run_before=run_before)
+
+
 def test_resume_in_progress(snap_compare, tui_store):
     demo_data.interrupted_run(tui_store, "run-crash-001", demo_data.BASE_TIME, after_step=1)
     gate = GateClient(free=1)

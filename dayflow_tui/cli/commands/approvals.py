@@ -24,14 +24,18 @@ def read_edit(source: str) -> str:
 
 def cmd_pending(args: argparse.Namespace) -> int:
     store = open_for_reading(args)
+    from ...agent.subagents import runs_above
+
     rows = store.pending_approvals()
+    # A subagent's call waits: the runs above it wait with it (their ids, the parent first, the root last).
+    trees = {run.id: [r.id for r in runs_above(store, run)] for _row, run in rows}
     if args.json:
         import json
 
         print(printable_json([{"run_id": run.id, "step": row.n, "tool_use_id": row.tool_use_id,
                                "tool": row.tool_name, "input": json.loads(row.input),
                                "input_hash": row.input_hash, "requested_at": row.requested_at,
-                               "task": run.user_msg} for row, run in rows]))
+                               "task": run.user_msg, "under": trees[run.id]} for row, run in rows]))
         return 0
     if not rows:
         print("nothing waits for a decision")
@@ -41,6 +45,10 @@ def cmd_pending(args: argparse.Namespace) -> int:
               f"since {row.requested_at}  arguments {row.input_hash[:12]}")
         print(f"    {one_line(row.input, 300)}")
         print(f"    task: {one_line(run.user_msg, 100)}")
+        if trees[run.id]:
+            under = " under run ".join(trees[run.id])
+            print(f"    in {printable(run.agent or 'an agent')} (run {run.id}) under run {under}: decide here, then "
+                  f"dayflow resume {trees[run.id][-1]}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ...config.errors import DayflowError, UsageError
+from ...config.errors import DayflowError, SchemaAhead, UsageError
 from ...safe_text import printable
 from ..driving import driving_options, finish, saved_text, waiting_out_rate_limits, watch_drives
 from ..opening import open_db
@@ -167,6 +167,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     try:
         # A server that is down, restarting or full is waited for (logged), never a reason to exit.
         store = keep_trying(lambda: open_db(args), on_wait=log.waiting_for_database, sleep=stop.wait)
+    except SchemaAhead as exc:  # a newer Dayflow migrated the database: this version must not drive it
+        log.outdated_at_start(str(exc))
+        return SchemaAhead.WORKER_EXIT
     except DayflowError:
         if stop.is_set():
             log.interrupted(connected=False)
@@ -188,6 +191,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         log.interrupted()
         return 130
     log.stopped(len(outcome.finished), len(outcome.failed))
+    if outcome.outdated is not None:  # said when it was noticed (worker.outdated); its runs are released
+        return SchemaAhead.WORKER_EXIT
     return 2 if outcome.store_errors and args.once else 0
 
 

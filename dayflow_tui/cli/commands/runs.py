@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ...config.errors import UsageError
 from ...safe_text import one_line, printable, printable_json
 from ..opening import open_db, open_for_reading
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from ...views.costs import budget_text, cache_text, cost_text
-    from ...views.runs import run_json, run_lines
+    from ...views.run_tree import rollup_text
+    from ...views.runs import run_json, run_lines, tree_lines, tree_run_json
     from ...views.titles import run_title
 
     store = open_for_reading(args)
-    lines = run_lines(store, limit=args.limit, status=args.status, source=args.source)
+    listing = tree_lines if getattr(args, "tree", False) else run_lines
+    lines = listing(store, limit=args.limit, status=args.status, source=args.source)
     if args.json:
-        print(printable_json([run_json(line) for line in lines]))
+        print(printable_json([(tree_run_json if args.tree else run_json)(line) for line in lines]))
         return 0
     if not lines:
         if args.status or args.source:
@@ -46,10 +49,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 line += f"  subagent of {printable(r.parent_id)}" if not depth else "  subagent"
             if r.external_dir:
                 line += f"  dir={printable(r.external_dir)}"
+        elif r.parent_id and r.parent_call_id:  # a subagent's run: started by its parent's call
+            line += f"  subagent of {printable(r.parent_id)}" if not depth else "  subagent"
         elif r.parent_id and not depth:
             line += f"  fork of {printable(r.parent_id)} at step {r.forked_at}"
         elif r.parent_id:
             line += f"  at step {r.forked_at}"
+        if shown.rollup is not None:  # runs --tree: the whole tree at its parent (a child failed, one waits)
+            line += f"  tree: {rollup_text(shown.rollup)}"
         if r.error and r.status != "done":
             line += f"  {one_line(r.error, 60)}"
         line += f"  · {run_title(r, 100)}"  # what it is: given, or made from the task and the answer
@@ -83,15 +90,84 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ...views.transcript import read_show, show_pages
     from ..pager import paged
 
+    if getattr(args, "follow", False) and (args.raw or args.jsonl):
+        raise UsageError("--follow prints the transcript as text; it cannot be combined with --raw or --jsonl")
     store = open_db(args, create=False, upgrade=False)
     if args.raw or args.jsonl:
         return _show_json(store, store.get_run(args.run_id), lines=args.jsonl)
     shown = read_show(store, args.run_id)
+    if args.json:
+        return _show_document(store, shown)
+    if getattr(args, "follow", False):
+        return _follow(store, shown)
     # Written as it is read, a page of steps at a time: a 5,000-step run's first screen does not wait for the rest.
     with paged(not args.no_pager) as console:
         print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), console=console,
                          approvals=list(shown.approvals), status=shown.status, title=shown.title,
-                         pages=show_pages(store, shown.run.id))
+                         pages=show_pages(store, shown.run.id), tree=_tree_words(shown.tree))
+    return 0
+
+
+def _tree_words(tree):
+    """What ``print_transcript`` says of the subagent tree: the summary's lines and each call's child, in words
+    (``views.run_tree``); None for a run no call of which started a child."""
+    from ...render import TreeWords
+    from ...views.run_tree import node_text, roll_up, rollup_text
+
+    if tree is None or not (tree.children or tree.run.parent_call_id):
+        return None
+    lines = tuple((depth, node_text(node)) for node, depth in tree.walk())
+    calls = {call_id: node_text(child) for call_id, child in tree.child_for_call().items()}
+    parent = (f"a subagent's run: started by call {tree.run.parent_call_id} of run {tree.run.parent_id}"
+              if tree.run.parent_call_id else None)
+    return TreeWords(rollup_text(roll_up(tree)), lines if tree.children else (), calls, parent)
+
+
+def _show_document(store, shown) -> int:
+    """``show --json``: the run, its subagent tree with the roll-up, and its steps, each subagent call with
+    the child it started (id, agent, status, steps, cost) under the call's id."""
+    from ...views.json_rows import step_document
+    from ...views.run_tree import roll_up, rollup_json, tree_json
+    from ...views.runs import RunLine, run_json
+    from ...views.transcript import show_pages
+
+    tree = shown.tree
+    children = tree.child_for_call()
+    steps = []
+    for page in show_pages(store, shown.run.id):
+        for step in page:
+            doc = step_document(shown.run.id, step)
+            calls = [b.get("id") for b in doc.get("assistant") or [] if isinstance(b, dict)
+                     and b.get("type") == "tool_use"]
+            started = {str(c): _child_json(children[c]) for c in calls if isinstance(c, str) and c in children}
+            if started:
+                doc["subagent_runs"] = started
+            steps.append(doc)
+    print(printable_json({"run": run_json(RunLine(shown.run, shown.status, 0, shown.cost)), "title": shown.title,
+                          "tree": tree_json(tree), "tree_rollup": rollup_json(roll_up(tree)), "steps": steps}))
+    return 0
+
+
+def _child_json(node) -> dict:
+    from ...views.run_tree import tree_json
+
+    return {key: value for key, value in tree_json(node).items() if key != "children"}
+
+
+def _follow(store, shown) -> int:
+    """``show --follow``: the transcript, then each step as it commits, until the run ends (Ctrl-C: stop)."""
+    from ...render import print_transcript
+    from ...views.transcript import follow_pages
+
+    feed = store.change_feed().start()
+    try:
+        print_transcript(shown.run, run_cost=shown.cost, resumes=list(shown.resumes), approvals=list(shown.approvals),
+                         status=shown.status, title=shown.title, pages=follow_pages(store, shown.run, feed),
+                         tree=_tree_words(shown.tree))
+    except KeyboardInterrupt:
+        return 130  # the reader stopped following; nothing of the run's changed
+    finally:
+        feed.stop()
     return 0
 
 

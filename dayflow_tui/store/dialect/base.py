@@ -10,7 +10,8 @@ both. No module outside ``store.dialect`` asks which database it is on.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import peewee
 
@@ -20,6 +21,36 @@ from ..search.docs import DocRow, IndexState
 if TYPE_CHECKING:
     from ...search.query import Query
     from ..handle import StoreHandle
+
+
+class ChangeFeed:
+    """Word that another connection committed, pushed by the database where it can push (PostgreSQL's
+    LISTEN); this one pushes nothing, and a reader polls the change marker (SQLite's ``data_version``).
+
+    ``live`` says whether pushes arrive now: while it is False a reader polls at its normal pace, while it is
+    True it may poll rarely (a safety net). ``notices`` counts the commits pushed, ``connects`` and ``drops``
+    the feed's connection's life (for tests and the dashboard's status).
+    """
+
+    live = False
+
+    def __init__(self) -> None:
+        self.notices = 0
+        self.connects = 0
+        self.drops = 0
+        self._woken = threading.Event()
+
+    def start(self) -> "ChangeFeed":
+        return self
+
+    def stop(self) -> None:
+        self._woken.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a push (True) or ``timeout`` seconds (False)."""
+        woken = self._woken.wait(timeout)
+        self._woken.clear()
+        return woken
 
 
 class Dialect:
@@ -53,6 +84,11 @@ class Dialect:
 
     def change_marker(self, db: peewee.Database) -> tuple:
         raise NotImplementedError
+
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        """A feed of other connections' commits, not yet started (``on_change`` is called on the feed's own
+        thread for each). Here: none; the change marker is polled."""
+        return ChangeFeed()
 
     def skip_locked(self, query: peewee.ModelSelect) -> peewee.ModelSelect:
         """A worker's pick of a row: rows another session is writing are passed over, not waited for."""
@@ -93,6 +129,11 @@ class Dialect:
 
     def set_schema_version(self, db: peewee.Database, version: int) -> None:
         raise NotImplementedError
+
+    def schema_version_for_claim(self, db: peewee.Database) -> int:
+        """Inside a claim's write transaction: the schema version, read so that no migration commits between
+        this read and the claim's commit (SQLite's write lock already orders them)."""
+        return self.schema_version(db)
 
     def lock_migrations(self, db: peewee.Database) -> None:
         """Make two first opens of one database take turns (inside the migration's transaction)."""

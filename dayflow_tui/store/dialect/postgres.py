@@ -9,7 +9,7 @@ import contextlib
 import math
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 import peewee
@@ -23,7 +23,8 @@ from ..deadline import try_deadline
 from ..models import ChangeCounter, StoreMeta
 from ..retry import store_call, try_time_left
 from ..search.docs import DOCS, WEIGHTS, DocRow, IndexState, allowed_columns
-from .base import Dialect
+from .base import ChangeFeed, Dialect
+from .pg_changes import CHANGES_CHANNEL, PgChangeFeed
 from .urls import safe_url
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 # Rows of the PostgreSQL change counter (see models.ChangeCounter).
 CHANGE_SLOTS = 16
+
 # tsvector limits: 256 positions per lexeme, positions up to 16,383, 1 MB in all (kept well under).
 _MAX_POSITIONS = 256
 _MAX_POSITION = 16_383
@@ -103,10 +105,58 @@ class _DayflowPostgres(PostgresqlDatabase):
 
     idle_in_transaction_timeout = "60s"
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, schema: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         # Each thread's open connection, so the deadline watchdog (another thread) can cut a stalled one.
         self.thread_connections: dict[int, Any] = {}
+        # The schema setting: every transaction begins with SET LOCAL search_path (see begin).
+        self.schema = schema
+        self._set_schema = f'; SET LOCAL search_path TO "{schema}"' if schema else ""
+
+    def begin(self, isolation_level=None):
+        # As Peewee's BEGIN, with the schema set in the same round trip: a transaction-pooling PgBouncer hands
+        # each transaction to any server session, so the schema must be set inside the transaction itself
+        # (a session's SET, or the URL's options, would land on one server session and not follow).
+        if not self._set_schema:
+            return super().begin(isolation_level)
+        with peewee.__exception_wrapper__:
+            self.cursor().execute(f"{self._begin_sql(isolation_level)}{self._set_schema}")
+
+    def execute_sql(self, sql, params=None):
+        # With a schema, a statement outside a transaction gets one of its own: alone, it would run on whatever
+        # search_path the pooled server session has.
+        if not self._set_schema or self.transaction_depth() > 0:
+            return super().execute_sql(sql, params)
+        return self._lone_statement(sql, params)
+
+    def _lone_statement(self, sql, params):
+        """BEGIN; SET LOCAL search_path; the statement; COMMIT in one round trip: one simple query, the
+        parameters bound on this side (psycopg's ClientCursor; simple queries may hold several statements),
+        the cursor moved on to the statement's result. As a transaction of three round trips, a lone read
+        cost 2.4 times the read (bench item 17)."""
+        import psycopg
+
+        self._log_query(sql, params)
+        conn = self.connection()
+        with peewee.__exception_wrapper__:
+            cursor = psycopg.ClientCursor(conn)
+            try:
+                cursor.execute(f"{self._begin_sql()}{self._set_schema}; {sql}; COMMIT", params or ())
+            except Exception:
+                if not conn.closed and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    conn.execute("ROLLBACK")  # the failed statement left its transaction open and aborted
+                raise
+            cursor.nextset()  # past BEGIN
+            cursor.nextset()  # past SET LOCAL: the statement's own result
+        return cursor
+
+    def _begin_sql(self, isolation_level=None) -> str:
+        level = self._adapter.isolation_level_str(isolation_level or self._isolation_level or "READ COMMITTED")
+        return f"BEGIN TRANSACTION ISOLATION LEVEL {level}"
+
+    def execute_outside_transaction(self, sql: str) -> None:
+        """A statement that cannot run in a transaction block (VACUUM): its names are schema-qualified."""
+        super().execute_sql(sql)
 
     def _connect(self):
         # As Peewee's, but a connection opened inside a store call's try waits no longer than the try has
@@ -121,6 +171,10 @@ class _DayflowPostgres(PostgresqlDatabase):
         if self._isolation_level:
             conn.set_isolation_level(self._isolation_level)
         conn.autocommit = True
+        if self._set_schema:
+            # A pooler in transaction mode (PgBouncer before 1.21) cannot keep a server-side prepared statement
+            # between transactions: psycopg's automatic ones (the 5th run of a statement) would fail there.
+            conn.prepare_threshold = None
         return conn
 
     def _initialize_connection(self, conn) -> None:
@@ -145,12 +199,15 @@ class PostgresDialect(Dialect):
     name = "postgres"
     title = "PostgreSQL"
     container = "database"
-    foreign_tables_hint = " (give Dayflow its own schema: add ?options=-csearch_path%3Ddayflow to the URL)"
+    foreign_tables_hint = " (give Dayflow its own schema: the schema setting, DAYFLOW_SCHEMA=dayflow)"
     vacuum_shrinks_files = False
 
     def __init__(self, url: str):
+        from ...config import settings
+
         self.url = url
         self.label = safe_url(url)
+        self.schema = settings.current().schema
 
     def connect(self) -> peewee.Database:
         try:
@@ -158,17 +215,27 @@ class PostgresDialect(Dialect):
         except ImportError:
             raise StoreError(f"{self.label}: PostgreSQL needs the psycopg driver: "
                              "pip install 'dayflow-tui[postgres]'") from None
+        extra = self._connect_options("dayflow")
+        # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
+        # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
+        # READ COMMITTED, so that is pinned whatever the server's default.
+        return _DayflowPostgres(self.url, prefer_psycopg3=True, isolation_level="READ COMMITTED", schema=self.schema,
+                                **extra)
+
+    def _connect_options(self, application_name: str) -> dict[str, Any]:
+        """libpq parameters Dayflow adds to the URL's (which win): a connect timeout, a name, keepalives."""
         given = {key for key, _value in parse_qsl(urlsplit(self.url).query)}
         extra: dict[str, Any] = {}
         if "connect_timeout" not in given:
             extra["connect_timeout"] = 10
         if "application_name" not in given:
-            extra["application_name"] = "dayflow"
+            extra["application_name"] = application_name
         extra.update({key: value for key, value in _keepalives().items() if key not in given})
-        # The URL goes to libpq as it is (every libpq parameter works, e.g. sslmode or
-        # options=-csearch_path%3Dteam). The lease's compare-and-swap is reasoned for
-        # READ COMMITTED, so that is pinned whatever the server's default.
-        return _DayflowPostgres(self.url, prefer_psycopg3=True, isolation_level="READ COMMITTED", **extra)
+        return extra
+
+    def change_feed(self, on_change: Callable[[], None] | None = None) -> ChangeFeed:
+        return PgChangeFeed(self.url, self.schema, self._connect_options("dayflow-listen"), on_change,
+                            label=self.label)
 
     @property
     def short_label(self) -> str:
@@ -182,7 +249,11 @@ class PostgresDialect(Dialect):
         with db.atomic():
             yield
             slot = hash((os.getpid(), threading.get_ident())) % CHANGE_SLOTS
-            ChangeCounter.update(n=ChangeCounter.n + 1).where(ChangeCounter.slot == slot).execute()
+            # The same statement tells listeners (dashboards, show --follow on any host): PostgreSQL delivers
+            # a NOTIFY only when its transaction commits, so a notice means a commit. The payload is the schema:
+            # one database may hold several Dayflows, and the channel is the database's.
+            db.execute_sql(f'UPDATE "{ChangeCounter._meta.table_name}" SET n = n + 1 WHERE slot = %s '
+                           f"RETURNING pg_notify('{CHANGES_CHANNEL}', current_schema())", (slot,))
 
     def change_marker(self, db: peewee.Database) -> tuple:
         # A tiny table read; bumped inside every write transaction, so it moves exactly when one commits.
@@ -227,6 +298,14 @@ class PostgresDialect(Dialect):
     def set_schema_version(self, db: peewee.Database, version: int) -> None:
         (StoreMeta.insert(key="schema_version", value=version)
          .on_conflict(conflict_target=[StoreMeta.key], update={StoreMeta.value: version}).execute())
+
+    def schema_version_for_claim(self, db: peewee.Database) -> int:
+        # The migration lock, shared: claims do not wait for each other, a migration waits for the claims in
+        # flight, and a claim after it reads the new version. One round trip.
+        row = db.execute_sql("SELECT pg_advisory_xact_lock_shared(%s, hashtext(current_schema())), "
+                             "(SELECT value FROM dayflow_meta WHERE key = 'schema_version')",
+                             (_MIGRATION_LOCK_CLASS,)).fetchone()
+        return int(row[1] or 0)
 
     def lock_migrations(self, db: peewee.Database) -> None:
         # DDL is transactional here; this lock makes two first opens take turns.
@@ -321,7 +400,9 @@ class PostgresDialect(Dialect):
 
 @store_call(cut_stalls=False)  # may rightly run long on a healthy server
 def _vacuum_analyze(store: "StoreHandle", tables: Sequence[str]) -> None:
-    store.db.execute_sql(f"VACUUM (ANALYZE) {_table_list(tables)}")
+    schema = store.db.schema
+    names = _table_list(tables) if not schema else ", ".join(f'"{schema}"."{t}"' for t in tables)
+    store.db.execute_outside_transaction(f"VACUUM (ANALYZE) {names}")
 
 
 def _table_list(tables: Sequence[str]) -> str:

@@ -167,9 +167,28 @@ def decide_with(store: StoreHandle, run_id: str, tool_use_id: str | None, token:
         if not still:
             (Run.update(status=RunStatus.QUEUED.value, updated_at=store.dialect.now(), not_before=None)
              .where(Run.id == run_id, Run.status == RunStatus.WAITING.value).execute())
+            _queue_waiting_parents(store, Run.get_by_id(run_id))
         else:
             Run.update(updated_at=store.dialect.now()).where(Run.id == run_id).execute()
     return Approval.get_by_id(target.id)
+
+
+def _queue_waiting_parents(store: StoreHandle, run: Run) -> None:
+    """The runs above a subagent's run that waited only on it go back to the queue with it (in the decision's
+    transaction): ``dayflow resume`` of the parent (or a worker) then drives the child on, and the parent after it.
+    A parent that still waits on a call of its own, or on another child, keeps waiting."""
+    while run.parent_id is not None and run.parent_call_id is not None:
+        parent = Run.get_or_none(Run.id == run.parent_id)
+        if parent is None or parent.status != RunStatus.WAITING.value:
+            return
+        if Approval.select().where(Approval.run == parent.id, Approval.state == PENDING).exists():
+            return
+        if Run.select().where(Run.parent_id == parent.id, Run.parent_call_id.is_null(False),
+                              Run.status == RunStatus.WAITING.value).exists():
+            return
+        (Run.update(status=RunStatus.QUEUED.value, updated_at=store.dialect.now(), not_before=None)
+         .where(Run.id == parent.id, Run.status == RunStatus.WAITING.value).execute())
+        run = parent
 
 
 def decision_target(store: StoreHandle, run_id: str, tool_use_id: str | None) -> Approval:

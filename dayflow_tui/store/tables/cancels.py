@@ -9,13 +9,6 @@ and the driver sees them at its next commit or heartbeat (``leases.note_cancel``
 Its call in flight finishes and is committed as usual; it then starts no call, runs
 no tool, and ends the run itself (``finish_run`` under its lease). So a cancel
 never takes a lease away from a driver holding a paid reply.
-
-A subagent's child runs (``parent_call_id``) are part of their parent's work: a cancel
-of the parent cancels every child that has not ended the same way (asked, when a
-process drives it; at once, when nothing does), and their children in turn. A driven
-child sees its cancel at its next commit or heartbeat, ends ``cancelled``, and its
-parent's call gets the tool error saying so: without it the child went on to its last
-step, paying every call, while its parent waited to be cancelled.
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from ..models import Run
 from ..retry import attempt_number, store_call
 from ..search.index import index_run_text
 from ..status import ENDED, RunStatus
-from .runs import get_run
+from .runs import get_run, subagents_of
 from .imported import refuse_imported
 
 if TYPE_CHECKING:
@@ -53,26 +46,7 @@ class CancelOutcome:
 
 @store_call
 def cancel_run(store: StoreHandle, run_id: str, *, by: str, reason: str | None) -> CancelOutcome:
-    """Cancel ``run_id`` (an id or its start) for ``by`` (user@host, or "dashboard"), saying ``reason``; and its
-    child runs that have not ended."""
-    outcome = _cancel_one(store, run_id, by=by, reason=reason)
-    _cancel_children(store, outcome.run_id, by=by, reason=reason)
-    return outcome
-
-
-def _cancel_children(store: StoreHandle, run_id: str, *, by: str, reason: str | None) -> None:
-    ended = [s.value for s in ENDED]
-    children = [row.id for row in Run.select(Run.id).where(Run.parent_id == run_id, Run.parent_call_id.is_null(False),
-                                                           Run.status.not_in(ended)).order_by(Run.id)]
-    for child_id in children:
-        try:
-            _cancel_one(store, child_id, by=by, reason=reason)
-        except CancelRefused:
-            continue  # it ended meanwhile: nothing to cancel
-        _cancel_children(store, child_id, by=by, reason=reason)
-
-
-def _cancel_one(store: StoreHandle, run_id: str, *, by: str, reason: str | None) -> CancelOutcome:
+    """Cancel ``run_id`` (an id or its start) for ``by`` (user@host, or "dashboard"), saying ``reason``."""
     for _ in range(TRIES):
         run = get_run(store, run_id)
         refuse_imported(run)
@@ -104,6 +78,20 @@ def _cancel_one(store: StoreHandle, run_id: str, *, by: str, reason: str | None)
         if won:
             return CancelOutcome(run.id, False, run.status)
     raise RunBusy(f"run {run_id} kept changing hands while it was being cancelled; try again")
+
+
+def cancel_below(store: StoreHandle, run_id: str, *, by: str, reason: str | None) -> list[CancelOutcome]:
+    """Cancel the subagents' runs under a cancelled run, each as ``cancel_run`` does (at once, or asked of
+    its driver), deepest last; a child that has ended is left as it is. A tree stops together: a waiting
+    child's call no longer waits for a decision nobody will use."""
+    outcomes = []
+    for child in subagents_of(store, [run_id]).get(run_id, []):
+        try:
+            outcomes.append(cancel_run(store, child.id, by=by, reason=reason))
+        except CancelRefused:
+            pass  # ended already: nothing of it runs
+        outcomes += cancel_below(store, child.id, by=by, reason=reason)
+    return outcomes
 
 
 def _ended(run: Run) -> str:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ... import clock
-from ...config.errors import RunBusy
+from ...config.errors import RunBusy, SchemaAhead
 from ..leases import (STALE_AFTER_S, Lease, _parse, forget_token, holder, new_token, note_cancel, owner_alive,
                       owner_values, still_refused, this_host)
 from ..models import Run
@@ -129,10 +129,15 @@ def claim_next_with(store: StoreHandle, token: str, *, stale_after: float) -> Le
     cutoff = clock.iso(_parse(now) - timedelta(seconds=stale_after))
     ready = Run.not_before.is_null() | (Run.not_before <= now)
     with store.write_transaction():
+        # A database a newer Dayflow migrated is not this code's to drive (a rolling upgrade): no claim.
+        found = store.dialect.schema_version_for_claim(store.db)
+        if found > store.known_schema:
+            raise SchemaAhead(store.label, found, store.known_schema)
         # Interrupted: "running" with no lease, a stale heartbeat, or an owner on this
         # host (whose pid is checked here, since SQL cannot see processes).
         orphans = store.dialect.skip_locked(
-            Run.select().where(Run.status == RunStatus.RUNNING, ready,
+            # An imported run "running" at its source (dayflow collect) is never an orphan: no worker takes it.
+            Run.select().where(Run.status == RunStatus.RUNNING, ready, Run.source == "dayflow",
                                Run.lease_token.is_null() | Run.heartbeat_at.is_null()
                                | (Run.heartbeat_at < cutoff) | (Run.owner_host == this_host()))
             .order_by(*CLAIM_ORDER))

@@ -21,6 +21,12 @@ def change_marker(store: StoreHandle) -> tuple:
 
 
 @store_call
+def schema_version(store: StoreHandle) -> int:
+    """The schema version the database holds now (another process may have migrated it since it was opened)."""
+    return store.dialect.schema_version(store.db)
+
+
+@store_call
 def db_now(store: StoreHandle, plus_seconds: float = 0.0) -> str:
     """The database's current time as stored text (the host clock on SQLite, or when pinned)."""
     column = store.dialect.now_column()

@@ -2,9 +2,10 @@
 their files grow (or their traces' spans arrive: the "file" is then ``otlp:TRACE/SPAN``, its ``done`` the chat
 span ids written).
 
-An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (no worker
-claims it), and the verbs that would drive or change it (claim, fork, decide, cancel) refuse it with
-``ReadOnlyRun``. What an import writes is only ever appended: new runs, new steps after the last one
+An imported run is never driven: ``source`` says where it comes from, its status is ``done`` (or ``running``
+while an OTLP trace's agent span has not come, then ``done``/``failed`` once; no worker claims it either way:
+``claim_next`` takes only Dayflow's own orphans), and the verbs that would drive or change it (claim, fork,
+decide, cancel) refuse it with ``ReadOnlyRun``. What an import writes is only ever appended: new runs, new steps after the last one
 stored, and the file's new read position, all in one transaction that first moves the position from
 where the read began (a retry whose earlier try landed, or a second importer, finds it moved and
 writes nothing).
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ...config.errors import ReadOnlyRun, StoreError
 from ..models import ImportedFile, Run, Step
 from ..retry import store_call
+from ..status import RunStatus
 from ..search.index import index_run_text
 from .steps import _insert_statement, dumps
 
@@ -74,6 +76,11 @@ class ImportedRun:
     final_text: str | None = None  # the run's answer, when the source says it (an agent span's output)
     created_at: str | None = None
     steps: list[ImportedStep] = field(default_factory=list)
+    # A run still going at its source (an OTLP trace whose agent span has not come): "running", and set to
+    # "done" or "failed" (with ``error``) by the write that ends it; nothing else ever changes a stored status.
+    status: str = "done"
+    error: str | None = None
+    parent_call_id: str | None = None
 
 
 def read_only_message(run: Run) -> str:
@@ -155,11 +162,12 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
     now = store.dialect.now()
     run = Run.get_or_none(Run.id == imported.run_id)
     if run is None:
-        values = dict(id=imported.run_id, user_msg=imported.user_msg or "", status="done",
+        values = dict(id=imported.run_id, user_msg=imported.user_msg or "", status=imported.status,
                       model=imported.model or "", max_steps=0, agent=(imported.agent or imported.source)[:255],
                       source=imported.source,
                       external_id=imported.external_id, external_dir=imported.external_dir,
                       external_branch=imported.external_branch, parent_id=imported.parent_id,
+                      parent_call_id=imported.parent_call_id, error=imported.error,
                       created_at=imported.created_at or now, updated_at=now)
         if imported.final_text is not None:
             values["final_text"] = imported.final_text
@@ -176,10 +184,22 @@ def _append_run(store: "StoreHandle", imported: ImportedRun) -> int:
             fill["model"] = imported.model
         if not run.user_msg and imported.user_msg:
             fill["user_msg"] = imported.user_msg
+        if not run.parent_id and imported.parent_id:  # a nested agent whose parent was learnt after its run began
+            fill.update(parent_id=imported.parent_id, parent_call_id=imported.parent_call_id)
+        if run.status == RunStatus.RUNNING.value and imported.status != RunStatus.RUNNING.value:
+            # The source's run ended (its agent span came): what only the end says, written once.
+            fill.update(status=imported.status, error=imported.error, created_at=imported.created_at or run.created_at)
+            if imported.model:
+                fill["model"] = imported.model
+            if imported.agent and (not run.agent or run.agent == run.source):
+                fill["agent"] = imported.agent[:255]
+            if imported.final_text is not None:
+                fill["final_text"] = imported.final_text
         if fill:  # a run started before its first prompt or call was in the file: its blanks filled, once
             Run.update(**fill).where(Run.id == imported.run_id).execute()
-            if "user_msg" in fill:
-                index_run_text(store, imported.run_id, task=fill["user_msg"])
+            if "user_msg" in fill or fill.get("final_text") or fill.get("error"):
+                index_run_text(store, imported.run_id, task=fill.get("user_msg"), final_text=fill.get("final_text"),
+                               error=fill.get("error"))
     if not imported.steps:
         return 0
     sums = [0, 0, 0, 0]

@@ -145,9 +145,38 @@ def get_run(store: StoreHandle, run_id: str) -> Run:
 
 
 @store_call
+def subagents_of(store: StoreHandle, run_ids: list[str]) -> dict[str, list[Run]]:
+    """Each of these runs' subagent runs (started by one of its tool calls), oldest first; forks left out."""
+    found: dict[str, list[Run]] = {}
+    ids = list(dict.fromkeys(run_ids))
+    for start in range(0, len(ids), SUBAGENT_BATCH):  # a long IN list in chunks (SQLite's variable limit)
+        chunk = ids[start:start + SUBAGENT_BATCH]
+        query = (with_clock(store, Run.select()).where(Run.parent_id.in_(chunk) & Run.parent_call_id.is_null(False))
+                 .order_by(Run.created_at, Run.id))
+        for run in query:
+            found.setdefault(run.parent_id, []).append(run)
+    return found
+
+
+SUBAGENT_BATCH = 500
+
+
+def runs_below(store: StoreHandle, run_id: str) -> list[Run]:
+    """Every subagent run under ``run_id`` (children, their children, ...), a level at a time, nearest first:
+    one query per level of the tree."""
+    below, frontier = [], [run_id]
+    while frontier:
+        level = [child for found in subagents_of(store, frontier).values() for child in found]
+        below += level
+        frontier = [child.id for child in level]
+    return below
+
+
+@store_call
 def latest_unfinished(store: StoreHandle) -> Run | None:
     """The newest run that can be resumed now (not finished, not held by a live process)."""
-    candidates = (with_clock(store, Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]))
+    candidates = (with_clock(store, Run.select()).where(Run.status.in_([s.value for s in RESUMABLE]),
+                                                        Run.source == "dayflow")  # never an imported run
                   .order_by(Run.created_at.desc(), Run.id.desc()).limit(100))
     return next((run for run in candidates if not owner_alive(run)), None)
 

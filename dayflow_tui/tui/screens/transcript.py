@@ -7,6 +7,8 @@ our worker or another process) are appended as they commit.
 
 from __future__ import annotations
 
+import time
+
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -23,6 +25,7 @@ from ...money.cost import Cost, budget_text, format_usd
 from ...safe_text import printable
 from ...store import effective_status, is_connection_error
 from ...store.models import Run
+from ...views.costs import cost_text
 from ...views.titles import is_given, run_title
 from ...views.transcript import TranscriptRead, read_transcript
 from .. import bindings, formatting
@@ -62,7 +65,8 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
     # On a narrow terminal these keys leave the footer first (after the everywhere-keys): on a waiting
     # run, a A d E are what the reader came for (j still moves between steps).
     FOOTER_LEAVE_OUT = ("next_request", "raw", "expand", "step(1)")
-    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "approve_all", "deny", "edit_call", "cancel_run")
+    DYNAMIC_ACTIONS = ("resume", "resume_with_budget", "approve", "approve_all", "deny", "edit_call", "cancel_run",
+                       "open_subagent")
 
     def __init__(self, run_id: str, *, at_step: int | None = None) -> None:
         super().__init__(classes="transcript")
@@ -82,6 +86,9 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self._listed: tuple | None = None  # (views listed, in dollars, with an end entry): what the step list shows
         self.priced: ResumePriced | None = None  # the last price of the next call
         self._priced_for: tuple | None = None
+        # The subagent run each call started (views.run_tree.TreeNode by call id) and the tree's roll-up.
+        self.subagents: dict = {}
+        self.subagent_tree = None
 
     @property
     def store(self):
@@ -116,7 +123,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.query_one("#run-summary", Static).update(Content.styled(f"Reading run {printable(self.run_id)}…", "$text-muted"))
         self._load()
         self.query_one("#steps", OptionList).focus()
-        self.set_interval(POLL_EVERY_S, self.poll)
+        self.set_interval(POLL_EVERY_S, self._poll_tick)
 
     # -- data (read on the app's reader thread, applied here) ---------------
 
@@ -164,8 +171,13 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         if read.steps_changed:
             self.steps = read.steps
             self.views = read.views or []
+        children_changed = _child_facts(read.children) != _child_facts(self.subagents)
+        self.subagents, self.subagent_tree = dict(read.children), read.tree
+        if children_changed:  # a child appeared or moved: its step's marker and the call's line are drawn again
+            self._listed = None
+            self._detail_shown = None
         self._show_pending(read.pending)
-        self._redraw(steps_changed=read.steps_changed)
+        self._redraw(steps_changed=read.steps_changed or children_changed)
         if first:
             self._set_mode(self.mode)
             if len(self.views) >= LONG_RUN_STEPS:
@@ -207,9 +219,23 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
             f"  ·  {run.step_count} step{'s' if run.step_count != 1 else ''}",
             f"  ·  {formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out",
             *self._money_parts(),
+            *self._tree_parts(),
             "  ·  ", printable(run.model), f"  ·  {formatting.started(run.created_at)}",
         )
         self.query_one("#run-summary", Static).update(summary)
+
+    def _tree_parts(self) -> list:
+        """A parent: its whole tree's dollars and, when worse than its own, the tree's status; a child: whose."""
+        run, tree = self.run, self.subagent_tree
+        parts: list = []
+        if getattr(run, "parent_call_id", None):
+            parts.append((f"  ·  ↳ subagent of {printable(run.parent_id)}", "$text-muted"))
+        if tree is not None:
+            parts.append(f"  ·  tree {tree.runs} runs {cost_text(tree.total)}")
+            if tree.differs:
+                parts.append(("  " + formatting.status_label(tree.worst),
+                              f"bold {formatting.STATUS_STYLES.get(tree.worst, '')}"))
+        return parts
 
     def _money_parts(self) -> list:
         """The run's dollars (the sum of its steps), cache hit rate, and spent / budget."""
@@ -266,8 +292,10 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
             else:  # the listed steps read again (the last one, its results arrived): new prompts in place
                 kept = old_count
                 for index in range(same, old_count):
-                    option_list.set_prompt_at(index, step_prompt(views[index], dollars=self.chart_dollars))
-            fresh = [Option(step_prompt(view, dollars=self.chart_dollars), id=f"step-{view.n}")
+                    option_list.set_prompt_at(index, step_prompt(views[index], dollars=self.chart_dollars,
+                                                                 subagents=bool(self._children_of(views[index]))))
+            fresh = [Option(step_prompt(view, dollars=self.chart_dollars, subagents=bool(self._children_of(view))),
+                            id=f"step-{view.n}")
                      for view in views[kept:]]
             option_list.add_options(fresh + ([end] if end is not None else []))
             self._listed = (tuple(views), self.chart_dollars, end is not None)
@@ -297,8 +325,16 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         self.chart_dollars = not self.chart_dollars
         self._draw_step_list()
 
+    _polled_at = 0.0
+
+    def _poll_tick(self) -> None:
+        due = getattr(self.app, "poll_due", None)  # while the database pushes commits, a rare safety net
+        if due is None or due(self._polled_at):
+            self.poll()
+
     def poll(self) -> None:
         """Live tick: another process (or our worker) may have committed steps (the reader checks)."""
+        self._polled_at = time.monotonic()
         if self.run is not None and not self.app.reader.pending(self._read_key):
             self._load(if_changed=True)
 
@@ -319,6 +355,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
     @on(OptionList.OptionHighlighted, "#steps")
     def _highlighted(self) -> None:
         self._show_selected()
+        self.sync_bindings()  # Enter opens a subagent only on a step whose call started one
 
     def _show_selected(self) -> None:
         detail = self.query_one(StepDetail)
@@ -343,7 +380,7 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
         elif index >= len(self.views):
             detail.show_brief(run)
         else:
-            detail.show_step(self.views[index], run, last=index == len(self.views) - 1)
+            detail.show_step(self.views[index], run, last=index == len(self.views) - 1, children=self.subagents)
             if self.payloads_open:
                 self.call_after_refresh(detail.set_payloads, True)
         if self.mode == "raw":
@@ -361,7 +398,38 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
             return True if self._waiting_calls() else False  # shown only while the run waits for a person
         if action == "cancel_run":
             return self.can_cancel()  # not on a run that has ended
+        if action == "open_subagent":
+            return True if self._selected_children() else False  # only on a step whose call started a child
         return True
+
+    # -- subagents -----------------------------------------------------------
+
+    def _children_of(self, view: StepView) -> list:
+        """The subagent runs the step's calls started, in the calls' order."""
+        return [self.subagents[call.id] for call in view.calls if call.id in self.subagents]
+
+    def _selected_children(self) -> list:
+        index = self._selected()
+        return self._children_of(self.views[index]) if index is not None and index < len(self.views) else []
+
+    @on(OptionList.OptionSelected, "#steps")
+    def _step_chosen(self) -> None:
+        self.action_open_subagent()
+
+    def action_open_subagent(self) -> None:
+        """Open the child run the highlighted step's call started (a step with several: choose one); Esc in the
+        child comes back here, at this step."""
+        children = self._selected_children()
+        if len(children) == 1:
+            self.app.open_transcript(children[0].run.id)
+        elif children:
+            from .subagent_choice import SubagentChoice
+
+            def chosen(run_id) -> None:
+                if run_id:
+                    self.app.open_transcript(run_id)
+
+            self.app.push_screen(SubagentChoice(tuple(children)), chosen)
 
     def run_to_cancel(self) -> Run | None:
         return self.run
@@ -413,3 +481,9 @@ class TranscriptScreen(bindings.SyncedBindings, ResumeControls, StepPanes, Decid
 
     def action_last_step(self) -> None:
         self._go(self.query_one("#steps", OptionList).option_count - 1)
+
+
+def _child_facts(children: dict) -> tuple:
+    """What the screen draws of the children: a new read that differs in these redraws their lines."""
+    return tuple(sorted((call_id, child.run.id, child.status, child.run.step_count, child.cost.total)
+                        for call_id, child in children.items()))

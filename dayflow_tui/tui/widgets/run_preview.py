@@ -21,6 +21,7 @@ from ...agent.registry import options_text, recorded_options
 from ...money.cost import format_usd
 from ...safe_text import one_line, printable
 from ...store import effective_status, holder, owner_alive, this_host
+from ...views.mcp_tools import mcp_hints_text, recorded_mcp_servers, recorded_mcp_tools
 from ...views.titles import made_title, run_title
 from ...views.runs import PREVIEW_TASKS, Preview, read_preview
 from .. import formatting
@@ -28,6 +29,7 @@ from .. import formatting
 MIN_WIDTH = 100  # the terminal's columns below which the pane folds away
 ANSWER_LINES = 12
 TASK_LINES = PREVIEW_TASKS
+MCP_TOOL_LINES = 8  # per server; more are counted
 
 
 class PreviewRead(Message):
@@ -51,6 +53,7 @@ def preview_content(preview: Preview) -> Content:
     options = recorded_options(run)
     if options:
         parts += [(printable(one_line(options_text(options), 200)), "$text-muted"), "\n"]
+    parts += mcp_parts(run)
     parts += [f"{run.step_count} step{'s' if run.step_count != 1 else ''}  ·  "
               f"{formatting.tokens(run.input_tokens)} in / {formatting.tokens(run.output_tokens)} out  ·  "
               f"{format_usd(preview.cost, unknown='price unknown')}", "\n"]
@@ -87,6 +90,24 @@ def preview_content(preview: Preview) -> Content:
     else:
         parts += [("task", "bold"), "\n", printable(one_line(run.user_msg, 400))]
     return Content.assemble(*parts)
+
+
+def mcp_parts(run) -> list:
+    """The run's MCP servers (where each is) and, per tool, its recorded annotations and what they made of it."""
+    servers = recorded_mcp_servers(run)
+    if not servers:
+        return []
+    tools = recorded_mcp_tools(run)
+    parts: list = []
+    for name, where in servers.items():
+        parts += [(f"MCP {one_line(name, 40)}", "bold"), (f"  {one_line(where, 100)}", "$text-muted"), "\n"]
+        mine = [(tool, facts) for tool, facts in tools.items() if facts["server"] == name]
+        for tool, facts in mine[:MCP_TOOL_LINES]:
+            short = tool.split("__", 1)[1] if "__" in tool else tool
+            parts += [f"  {one_line(short, 40)}  ", (one_line(mcp_hints_text(facts), 100), "$text-muted"), "\n"]
+        if len(mine) > MCP_TOOL_LINES:
+            parts += [(f"  … {len(mine) - MCP_TOOL_LINES} more tool(s)", "$text-muted"), "\n"]
+    return parts
 
 
 class RunPreview(VerticalScroll):

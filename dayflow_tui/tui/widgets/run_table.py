@@ -152,7 +152,7 @@ class RunTable(ScrollView, can_focus=True):
     }
     BINDINGS = bindings.line_cursor(letters=True) + [
         Binding("enter", "select", "Open", key_display="⏎"),
-        Binding("z", "fold", "Fold forks", show=False),
+        Binding("z", "fold", "Fold forks and subagent trees", show=False),
     ]
 
     cursor = reactive(0, always_update=True)
@@ -313,20 +313,36 @@ class RunTable(ScrollView, can_focus=True):
             note = f"↳ {run.parent_id} {note or ''}" if not depth else f"↳ {note or ''}"
         elif getattr(run, "parent_id", None):
             note = f"⑂ {run.parent_id}@{run.forked_at} {note or ''}" if not depth else f"⑂ @{run.forked_at} {note or ''}"
-        if depth:
-            note = "  " * (depth - 1) + "└─ " + (note or "")
         forks = self.window.forks.get(run.id)
-        if forks:
-            folded = run.id in self.window.folded
+        tree = self.window.trees.get(run.id)  # views.run_tree.Rollup: it has subagent runs under it
+        folded = run.id in self.window.folded
+        indent = "  " * (depth - 1) + "└─ " if depth else ""
+        if indent and tree is None:
+            note = indent + (note or "")
+            indent = ""  # (a tree's mark goes after its indent, below)
+        shown_status, cost = status, cost_text(self.costs.get(run.id, NO_CALLS).total)  # as `dayflow runs` writes it
+        if tree is not None and folded:
+            # Folded, the row stands for its tree: the tree's dollars (Σ) and its worst status (a child that
+            # failed or waits for a person shows at the parent); the run's own status is in the note.
+            below = tree.runs - 1
+            note = indent + f"▸ +{below} (z) · own {formatting.status_label(status)} · " + (note or "")
+            shown_status, cost = tree.worst, "Σ" + cost_text(tree.total)
+            known = shown_status in _KNOWN_STATUSES
+            status_style = self.get_component_rich_style(f"run-table--{shown_status}" if known else "run-table--dim")
+        elif tree is not None:
+            below = tree.runs - 1
+            worst = f"{formatting.status_label(tree.worst)} below · " if tree.differs else ""
+            note = indent + f"▾ +{below} Σ{cost_text(tree.total)} · {worst}" + (note or "")
+        elif forks:
             note = (f"▸ {forks} fork{'s' if forks != 1 else ''} folded (z) · " if folded
                     else f"▾ {forks} fork{'s' if forks != 1 else ''} · ") + (note or "")
         return _cells([
             (one_line(run.id, 40), ""),
-            (formatting.status_label(status), status_style),
+            (formatting.status_label(shown_status), status_style),
             (formatting.started(run.created_at)[5:16], dim),
             (str(run.step_count), ""),
             (f"{formatting.tokens(run.input_tokens)}/{formatting.tokens(run.output_tokens)}", ""),
-            (cost_text(self.costs.get(run.id, NO_CALLS).total), ""),  # as `dayflow runs` writes it
+            (cost, ""),
             (one_line(run.model, 40), dim),
             (one_line(agent or "brief", 40), dim),
             (formatting.ago(run.updated_at), dim),
@@ -384,9 +400,10 @@ class RunTable(ScrollView, can_focus=True):
         self._move_to(0 if direction < 0 else self.total - 1)
 
     def action_fold(self) -> None:
-        """Fold the highlighted run's forks away (or back): read on the reader thread like every change."""
+        """Fold the highlighted run's forks and subagent runs away (or back): read on the reader thread like every
+        change. A parent whose children are not loaded folds too: its row then stands for its tree."""
         current = self.current
-        if current is not None and current.id in self.window.forks:
+        if current is not None and (current.id in self.window.forks or current.id in self.window.trees):
             run_id = current.id
             self._read("runs:fold", lambda: self.model.fold(run_id))
 

@@ -16,6 +16,7 @@ from ...money.cost import format_usd
 from ...store.models import Run
 from ...safe_text import printable
 from ...agent.transcript import StepView, ToolCall
+from ...views.costs import cost_text
 from .. import formatting
 
 
@@ -55,8 +56,9 @@ def call_heading(call: ToolCall) -> Content:
     decided = ""
     if call.decision and not call.decision.startswith("waiting"):
         decided = f"  ·  {call.decision}"  # who approved or denied it, where and when
+    server = f"  ·  MCP server {call.server}" if call.server else ""
     return Content.assemble("→ ", (printable(call.name), "bold"), "  ", (printable(call.outcome), outcome_style),
-                            count, (printable(decided), "italic dim"))
+                            count, (printable(server), "$text-accent"), (printable(decided), "italic dim"))
 
 
 class PayloadFold(Collapsible):
@@ -73,15 +75,32 @@ class PayloadFold(Collapsible):
         super().scroll_visible(*args, **kwargs)
 
 
-class ToolCallView(Vertical):
-    """A tool call: name, readable arguments, outcome; the result payload folded until asked for."""
+def child_line(child) -> Content:
+    """The subagent run a call started (a ``views.run_tree.TreeNode``): id, agent, status, steps, dollars."""
+    run = child.run
+    steps = run.step_count
+    return Content.assemble(("↳ subagent run ", "bold $accent"), (printable(run.id), "bold"), "  ",
+                            printable(run.agent or "brief"), "  ",
+                            (formatting.status_label(child.status), f"bold {formatting.STATUS_STYLES.get(child.status, '')}"),
+                            printable(f"  ·  {steps} step{'' if steps == 1 else 's'}  ·  {cost_text(child.cost.total)}"),
+                            ("  ·  Enter opens it", "$text-muted"))
 
-    def __init__(self, call: ToolCall) -> None:
+
+class ToolCallView(Vertical):
+    """A tool call: name, readable arguments, outcome; the result payload folded until asked for; the
+    subagent run it started, if it did."""
+
+    def __init__(self, call: ToolCall, child=None) -> None:
         super().__init__(classes="tool-call" + (" tool-error" if call.is_error else ""))
         self.call = call
+        self.child = child
 
     def compose(self) -> ComposeResult:
         yield Static(call_heading(self.call), classes="tool-call-title")
+        if self.child is not None:
+            yield Static(child_line(self.child), classes="subagent-run")
+        if self.call.hints:  # what the MCP server said of the tool, and what that let a crash or a person do
+            yield Static(_text(self.call.hints, "italic $text-muted"), classes="tool-hints")
         yield Static(_text(self.call.pretty_input()), classes="tool-args")
         if self.call.result is not None:
             payload = self.call.pretty_result()
@@ -93,7 +112,9 @@ class ToolCallView(Vertical):
 class StepDetail(VerticalScroll):
     """Shows one step (or the run's brief); rebuilt when the selection changes."""
 
-    def show_step(self, view: StepView, run: Run, *, last: bool) -> None:
+    def show_step(self, view: StepView, run: Run, *, last: bool, children=None) -> None:
+        """``children``: the subagent run each call started, by the call's id (``views.run_tree.TreeNode``)."""
+        children = children or {}
         widgets: list = [Static(step_heading(view), classes="step-heading"),
                          Static(step_facts(view), classes="step-facts")]
         if view.problem:
@@ -102,7 +123,7 @@ class StepDetail(VerticalScroll):
             widgets.append(Static(_text(text), classes="assistant-text"))
         for block in view.other_blocks:
             widgets.append(Static(_text(f"[{block.get('type')} block]", "italic $text-muted"), classes="other-block"))
-        widgets.extend(ToolCallView(call) for call in view.calls)
+        widgets.extend(ToolCallView(call, children.get(call.id)) for call in view.calls)
         if last and run.error and run.status != "done":
             widgets.append(Static(_text(f"stopped: {run.error}", "bold $text-error"), classes="run-error"))
         self._replace(widgets)

@@ -71,3 +71,41 @@ def test_an_imported_run_is_never_claimed_forked_decided_or_cancelled(store):
     run = store.get_run("ccimport0004")
     assert run.lease_token is None and run.cancel_at is None and run.status == "done"
     assert store.claim_next() is None or store.claim_next().run_id != "ccimport0004"
+
+
+def test_a_run_still_going_at_its_source_is_ended_once_and_never_claimed_or_resumed(store):
+    """An OTLP trace whose agent span has not come is a "running" imported run: shown running, never an orphan
+    a worker takes or ``dayflow resume`` picks; the write that ends it sets status, answer and error once."""
+    from dayflow_tui.store import effective_status
+
+    going = ImportedRun(run_id="otrunning0001", external_id="t/s", source="otel", status="running",
+                        steps=_runs("one")[0].steps)
+    assert store.append_imported("otlp:t/s", was=None, run_id="otrunning0001", size=1, offset=1, mtime_ns=0,
+                                 done={"c1": 1}, runs=[going]) == {"otrunning0001": 1}
+    run = store.get_run("otrunning0001")
+    assert (run.status, run.lease_token, effective_status(run)) == ("running", None, "running")
+    assert store.claim_next(stale_after=0) is None  # no owner, no heartbeat: still no worker's
+    assert store.latest_unfinished() is None
+    with pytest.raises(ReadOnlyRun, match="OpenTelemetry trace"):
+        store.claim("otrunning0001")
+    # the child of a parent learnt later; then the end: failed, with the answer and the error
+    state = store.imported_file("otlp:t/s")
+    ended = ImportedRun(run_id="otrunning0001", external_id="t/s", source="otel", status="failed",
+                        error="agent gave up", final_text="partial", agent="planner", parent_id="otparent00001",
+                        parent_call_id="call_1", created_at="2025-10-01T08:59:00.000Z")
+    assert store.append_imported("otlp:t/s", was=state, run_id="otrunning0001", size=1, offset=1, mtime_ns=0,
+                                 done={"c1": 1, "agent-span": 0}, runs=[ended]) == {}
+    run = store.get_run("otrunning0001")
+    assert (run.status, run.error, run.final_text, run.agent, run.parent_id, run.parent_call_id, run.step_count) \
+        == ("failed", "agent gave up", "partial", "planner", "otparent00001", "call_1", 1)
+    assert run.created_at.startswith("2025-10-01T08:59:00")
+    # a later write (a late chat) changes none of that: only running -> ended, once
+    state = store.imported_file("otlp:t/s")
+    again = ImportedRun(run_id="otrunning0001", external_id="t/s", source="otel", status="done", final_text="other",
+                        agent="other", parent_id="otother000001", steps=_runs("two")[0].steps)
+    assert store.append_imported("otlp:t/s", was=state, run_id="otrunning0001", size=2, offset=2, mtime_ns=0,
+                                 done={"c1": 1, "c2": 2, "agent-span": 0}, runs=[again]) == {"otrunning0001": 1}
+    run = store.get_run("otrunning0001")
+    assert (run.status, run.final_text, run.agent, run.parent_id, run.step_count) == \
+        ("failed", "partial", "planner", "otparent00001", 2)
+    assert store.claim_next(stale_after=0) is None

@@ -112,28 +112,19 @@ def test_a_fork_is_cancelled_and_a_fork_of_a_cancelled_run_is_a_new_run(store):
     assert store.get_run(fork.id).status == "cancelled"
 
 
-def test_a_cancel_reaches_every_child_run_that_has_not_ended(store):
-    """A subagent's child runs are part of the parent's work (issue #27): cancelled with it, asked when a live
-    process drives one, at once when nothing does, their own children too; an ended child is left as it was."""
-    parent, parent_lease = held_run(store, "cancparent01")
-    driven, lease = store.create_child_run(parent.id, "toolu_a", "look it up", model="offline")
-    at_rest, rest_lease = store.create_child_run(parent.id, "toolu_b", "look again", model="offline")
-    grandchild, grand_lease = store.create_child_run(at_rest.id, "toolu_c", "deeper", model="offline")
-    finished, done_lease = store.create_child_run(parent.id, "toolu_d", "finished", model="offline")
-    store.finish_run(finished.id, "done", final_text="found", lease=done_lease)
-    for gone in (rest_lease, grand_lease):  # their driver died: nothing drives them now
-        Run.update(owner_host="gone-host", heartbeat_at="2000-01-01T00:00:00.000Z").where(
-            Run.id == gone.run_id).execute()
-    outcome = store.cancel_run(parent.id, by="ana@desk", reason="stop")
-    assert outcome.asked and outcome.run_id == parent.id
-    asked = store.get_run(driven.id)
-    assert asked.status == "running" and asked.lease_token == lease.token and asked.cancel_at is not None
-    store.append_step(driven.id, reply(1, tool=call("tu_1")), lease=lease)  # its paid reply in flight lands
-    assert lease.cancel == "cancelled by ana@desk: stop"
-    for child_id in (at_rest.id, grandchild.id):
-        row = store.get_run(child_id)
-        assert (row.status, row.error, row.lease_token) == ("cancelled", "cancelled by ana@desk: stop", None)
-    row = store.get_run(finished.id)
-    assert (row.status, row.final_text, row.cancel_at) == ("done", "found", None)
-    store.append_step(parent.id, reply(1, tool=call("tu_p")), lease=parent_lease)
-    assert parent_lease.cancel == "cancelled by ana@desk: stop"
+def test_a_cancelled_parent_cancels_the_subagents_runs_under_it_and_leaves_ended_ones(store):
+    parent, lease = held_run(store, "canctree0001")
+    store.append_step(parent.id, reply(1, tool=call("toolu_a", "researcher", task="x")), lease=lease)
+    waiting, child_lease = store.create_child_run(parent.id, "toolu_a", "x", model="offline")
+    store.append_step(waiting.id, reply(1, tool=call("tu_c", "send_mail", to="a@example.com")), lease=child_lease)
+    store.wait_for_approval(waiting.id, 1, [CallToAsk("tu_c", "send_mail", {"to": "a@example.com"}, waits=True)],
+                            child_lease)
+    finished, done_lease = store.create_child_run(parent.id, "toolu_b", "y", model="offline")
+    store.finish_run(finished.id, "done", final_text="y", lease=done_lease)
+    store.wait_for_approval(parent.id, 1, [CallToAsk("toolu_a", "researcher", {"task": "x"}, waits=False)], lease)
+    store.cancel_run(parent.id, by="ana@desk", reason="enough")
+    assert store.get_run(parent.id).status == "cancelled"
+    assert store.get_run(waiting.id).status == "cancelled" and store.pending_approvals() == []
+    assert store.get_run(finished.id).status == "done"
+    with pytest.raises(DecisionRefused):
+        store.decide(waiting.id, "tu_c", approve=True, by="ann", host="h")
