@@ -21,7 +21,7 @@ continued on a run with ``--compact-at``, else the run fails saying why);
 ``on_request(tag)`` runs as a request arrives, before it is answered; ``on_child(tag, event)`` as a child
 run's request arrives (``"request"``) and as one is answered with its final reply (``"final"``).
 A call of the subagent tool (its schema asks for a ``task``) gets a task naming the call, so each child run
-has its own script and its requests are told apart by their first message; a child's request must offer
+has its own script (half the replies that call it call it twice: two children side by side) and its requests are told apart by their first message; a child's request must offer
 the helper agent's tools (``child_tools``).
 Requests are checked against the Messages API's structural rules
 (``tests/api_rules.py``); a request the API would reject is recorded as a
@@ -168,6 +168,14 @@ class ScriptedModel:
                 if spec["name"] == "set_title":  # the built-in tool: a title of a few, so some repeat
                     args = {"title": f"sim title {rng.randint(0, 2)}"}
                 content.append({"type": "tool_use", "id": call, "name": spec["name"], "input": args})
+            # Half the replies that call the subagent tool call it twice: two children side by side. Drawn
+            # from a generator of its own, so the rest of every script stays as it was.
+            twice = random.Random(f"{self.seed}|{task[:200]}|{step}|twice").random() < 0.5
+            helper = next((b for b in content if b.get("type") == "tool_use" and "task" in b["input"]), None)
+            if helper is not None and twice:
+                call = f"toolu_sim{serial:05d}9"
+                content.append({"type": "tool_use", "id": call, "name": helper["name"],
+                                "input": {"task": f"{CHILD_TASK} {call}: find what the parent needs"}})
             stop = "tool_use"
         return {"id": f"msg_sim_{serial:06d}", "type": "message", "role": "assistant",
                 "model": body.get("model", MODEL), "content": content, "stop_reason": stop, "stop_sequence": None,
