@@ -79,6 +79,6 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
         # resume) hands the answer over without a call.
         ("a kill inside a plain MCP call, inside a child run, and after a child finished before its parent kept it",
          Plan(_TREE, backend, AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain")), mcp=True, subagent=True),
-              (Action("start", kill=("mcp", 1, 0.5)), Action("resume", kill=("child", 1, 0.3)),
+              (Action("start", pick2=0.9, kill=("mcp", 1, 0.5)), Action("resume", kill=("child", 1, 0.3)),
                Action("resume", kill=("child-done", 1, 0.0))))),
     ]
