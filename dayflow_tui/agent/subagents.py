@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from ..config.errors import RunBusy
 from ..store import RunStatus, Store
+from ..store.leases import cancel_words
 from .budget import tree_budget
 from .compaction import pairs_of, summarise_step
 from .define import Agent, Tool, subagent_tool
@@ -74,6 +75,11 @@ def run_child(ctx: ToolContext, agent: Agent, task: str, handback: str, *,
     """Start (or resume, or read) the child run of ``ctx``'s call, driving it with ``drive`` (``runs``'s)."""
     store = ctx.store
     parent = store.get_run(ctx.run_id)
+    if parent.cancel_at is not None:
+        # Asked to stop while this step's tools ran: no child is started (a cancel reaches the children that
+        # exist when it is made; a child made after it would see it only at its parent's next heartbeat).
+        raise SubagentStopped(f"the {agent.name} agent was not started: this run was "
+                              f"{cancel_words(parent.cancelled_by, parent.cancel_reason)}")
     ref = f"{parent.agent_ref}>{agent.name}" if parent.agent_ref else None
     agent = agent.connected()
     tree = tree_budget(store, parent, alone_too=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import subprocess
@@ -138,5 +139,81 @@ def test_a_call_whose_child_finished_answers_from_it_without_a_call(tmp_path, mo
             payload, is_error = tool.run(ctx, {"task": "Lisbon's weather today"})
             assert (payload, is_error) == ("Lisbon is dry, 21 C.", False)
             assert api.calls == calls and len(store.list_runs()) == 2
+        finally:
+            store.close()
+
+
+LONG_CHILD_STEPS = 6
+
+
+def long_script(handler, body):
+    """The writer asks the researcher once; the researcher looks up ``LONG_CHILD_STEPS`` times, then answers."""
+    tools = {t["name"] for t in body.get("tools") or []}
+    turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if "researcher" in tools:
+        if turns == 0:
+            return message_reply([{"type": "tool_use", "id": "toolu_parent01", "name": "researcher",
+                                   "input": {"task": "Lisbon's weather, hour by hour"}}], "tool_use")(handler, body)
+        return message_reply([{"type": "text", "text": "Done."}])(handler, body)
+    if turns < LONG_CHILD_STEPS:
+        return message_reply([{"type": "tool_use", "id": f"toolu_child{turns:02d}", "name": "lookup",
+                               "input": {"city": "Lisbon"}}], "tool_use")(handler, body)
+    return message_reply([{"type": "text", "text": "Lisbon is dry all day."}])(handler, body)
+
+
+def test_a_cancel_of_the_parent_stops_its_child_run_too(tmp_path):
+    """``dayflow cancel PARENT`` while its subagent's child run works: the child (driven by the same process)
+    stops at its next commit, cancelled, and the parent ends cancelled: at most the call in flight is paid
+    after the cancel, over the whole tree. (The child used to go on to its last step, paying every call.)"""
+    ref, db = _setup(tmp_path)
+    with LoopbackAPI() as api:
+        api.planned = {n: long_script for n in range(1, 30)}
+        child_asked = threading.Event()
+        api.on_request = lambda number: child_asked.set() if number == 3 else None  # the child's second call
+        env = cli_env(**api.env(), DAYFLOW_API_MAX_RETRIES="0")
+        api.delay = 0.5
+        proc = subprocess.Popen(dayflow_cmd("run", ref, "--model", MODEL, "--db", str(db)), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        try:
+            assert child_asked.wait(90)
+            runs = _runs(db)
+            (parent_id,) = [i for i, r in runs.items() if r[1] is None]
+            cancelled = subprocess.run(dayflow_cmd("cancel", parent_id, "--db", str(db)), env=env,
+                                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            assert cancelled.returncode == 0, cancelled.stderr
+            calls_at_cancel = api.calls
+            _out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        runs = _runs(db)
+        (child_id,) = [i for i, r in runs.items() if r[1] == parent_id]
+        assert runs[parent_id][0] == "cancelled", (runs, err)
+        assert runs[child_id][0] == "cancelled", (runs, err)
+        assert runs[child_id][3] < LONG_CHILD_STEPS  # it stopped short of its answer
+        assert api.calls <= calls_at_cancel + 1, (api.calls, calls_at_cancel)  # the call in flight, at most
+        assert api.calls == runs[parent_id][3] + runs[child_id][3]  # every paid reply committed
+
+
+def test_a_call_made_after_its_run_was_asked_to_cancel_starts_no_child(tmp_path, monkeypatch):
+    """The cancel was asked while the step's tools ran: the subagent call answers so, and no child run is made
+    (a cancel reaches only the children that exist when it is made)."""
+    ref, db = _setup(tmp_path)
+    with LoopbackAPI() as api:
+        for name, value in api.env().items():
+            monkeypatch.setenv(name, value)
+        store = open_store(db)
+        try:
+            store.create_run("Should I take an umbrella?", model=MODEL, run_id="cancwriter01")
+            lease = store.claim("cancwriter01")
+            assert store.cancel_run("cancwriter01", by="ana@desk", reason="enough").asked
+            tool = load_agent(ref).tool_named("researcher")
+            ctx = ToolContext(store=store, run_id="cancwriter01", today=datetime.date.today(), agent=load_agent(ref),
+                              call_id="toolu_parent01", hand_over=runs.hand_over)
+            payload, is_error = tool.run(ctx, {"task": "Lisbon's weather today"})
+            assert is_error and "not started" in json.dumps(payload) and "cancelled by ana@desk: enough" in \
+                json.dumps(payload)
+            assert [r.id for r in store.list_runs()] == ["cancwriter01"] and api.calls == 0
+            store.release(lease)
         finally:
             store.close()

@@ -145,8 +145,10 @@ def _edit_and_probe(world: World, action: Action, snap) -> list[str]:
     no paid call, no tool body, no step.
     """
     edited, what = edited_agent(world.spec, action.edit, action.pick)
+    # Not a subagent's child run (or a fork of one): its agent is the helper, which these edits leave as it was.
     candidates = [r for r in runs_with(snap, RESUMABLE | {"waiting"})
-                  if snap.runs[r]["agent_ref"] and snap.runs[r]["status"] != "forked"]
+                  if snap.runs[r]["agent_ref"] and snap.runs[r]["status"] != "forked"
+                  and ">" not in snap.runs[r]["agent_ref"]]
     run_id = choose(candidates, action.pick2)
     if run_id is None:
         return _skipped(world)

@@ -4,7 +4,8 @@
 The promises (README, "Cancel and priorities"): a cancel of a run that has ended is refused (exit 4) and changes
 nothing; one of a run at rest cancels it at once; one of a run a live process drives is asked, its call in flight
 finishes and is committed, and after the cancel is committed the run gets at most that one call, whoever drives
-it next (a killed driver's successor sees the cancel at its claim); a cancelled run stays cancelled.
+it next (a killed driver's successor sees the cancel at its claim); a cancelled run stays cancelled. Its
+subagents' child runs are cancelled with it: that one call is counted over the run and its children.
 """
 
 from __future__ import annotations
@@ -103,12 +104,25 @@ def check_cancels(world: World, snapshot: Snapshot) -> list[str]:
         run = snapshot.runs[run_id]
         if run["step_count"] > steps + 1:
             problems.append(f"run {run_id} was cancelled at step {steps} and went on to step {run['step_count']}")
-        if tasks.count(run["user_msg"]) == 1:  # a fork shares its parent's task: its calls are not told apart
-            calls = world.model.paid_for(run["user_msg"], at)
+        # Its subagents' child runs are part of its work (issue #27): cancelled with it, the whole tree gets at
+        # most that one call (one process drives a parent and its child, one call at a time).
+        family = [run_id] + _children_of(snapshot, run_id)
+        if all(tasks.count(snapshot.runs[r]["user_msg"]) == 1 for r in family):  # a fork shares its parent's task
+            calls = sum(world.model.paid_for(snapshot.runs[r]["user_msg"], at) for r in family)
             if calls > 1:
-                problems.append(f"run {run_id} got {calls} model calls after its cancel was committed")
+                problems.append(f"run {run_id} got {calls} model calls after its cancel was committed"
+                                + (f" (with its {len(family) - 1} child run(s))" if len(family) > 1 else ""))
     for run_id in world.seen_cancelled:
         if snapshot.runs[run_id]["status"] != "cancelled":
             problems.append(f"cancelled run {run_id} became {snapshot.runs[run_id]['status']}")
     world.seen_cancelled |= {r for r, row in snapshot.runs.items() if row["status"] == "cancelled"}
     return problems
+
+
+def _children_of(snapshot: Snapshot, run_id: str) -> list[str]:
+    """The subagent child runs under ``run_id``, their children too."""
+    found = []
+    for row in snapshot.runs.values():
+        if row.get("parent_call_id") and row["parent_id"] == run_id:
+            found += [row["id"]] + _children_of(snapshot, row["id"])
+    return found

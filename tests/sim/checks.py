@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 
-from .world import VERDICTS, LedgerLine, Proc, Snapshot, World, read_ledger
+from .agent_file import MCP_PLAIN, SUBAGENT_TOOL
+from .world import VERDICTS, LedgerLine, Proc, Snapshot, World, read_ledger, read_mcp_ledger, read_snapshot
 
 BACK_PRESSURE = re.compile(r"\b(429|529)\b|rate.?limit|overload", re.I)
 LEAKS = ("sim_injected_store_fault", "storeerror", "psycopg", "sqlite", "postgresql://", "dayflow.db")
@@ -153,12 +155,112 @@ def check_world(world: World, snapshot: Snapshot) -> list[str]:
             problems.append(f"call {call} of run {run_id}: a store failure became its tool result "
                             f"({str(block.get('content'))[:160]!r})")
 
+    problems += _mcp_calls(world, snapshot, names, kept)
+    problems += _children(world, snapshot, names, kept)
+
     # Back-pressure never fails a run.
     for run in snapshot.runs.values():
         if run["status"] == "failed" and BACK_PRESSURE.search(run["error"] or ""):
             problems.append(f"run {run['id']} was set failed by back-pressure: {(run['error'] or '')[:160]!r}")
     problems += world.model.problems
     world.model.problems.clear()
+    return problems
+
+
+def _mcp_calls(world: World, snapshot: Snapshot, names: dict, kept: dict) -> list[str]:
+    """The plain MCP tool (``sim__send``): its body runs at most once per call id, counted by the server in
+    its own file. Its server is not killed with its client (the MCP SDK starts it in a session of its own),
+    so a call whose client was killed mid-way may have run its body once, to the end: it is then answered
+    ``outcome_unknown``, never run again. A kept result is that, or the body's own answer (and then the
+    server finished the body). Read-only and idempotent MCP calls may run again: not counted."""
+    problems = []
+    starts: dict[str, list] = defaultdict(list)
+    ended = set()
+    for line in read_mcp_ledger(world.mcp_ledger):
+        if line.tool == "send":
+            if line.what == "mcp-start":
+                starts[line.call].append(line)
+            else:
+                ended.add(line.call)
+    holders: dict[str, list[str]] = defaultdict(list)  # call id -> the runs whose steps hold it (forks copy it)
+    for (run_id, call), name in names.items():
+        if name == MCP_PLAIN:
+            holders[call].append(run_id)
+    for call, lines in starts.items():
+        runs = holders.get(call, [])
+        first = min(line.at for line in lines)
+        # A fork made before the body first ran holds the call unrun and may run it; one made after must not.
+        origin = _origin(snapshot, runs, call)
+        allowed = 1 + sum(1 for run_id in runs if run_id != origin
+                          and _unix(snapshot.runs[run_id]["created_at"]) < first)
+        if len(lines) > allowed:
+            problems.append(f"plain MCP tool {MCP_PLAIN} call {call} ran its body {len(lines)} times (server pids "
+                            f"{[line.pid for line in lines]}, clients {[line.client for line in lines]}) for "
+                            f"{len(runs)} run(s) holding it")
+    for (run_id, call), block in kept.items():
+        if names.get((run_id, call)) != MCP_PLAIN:
+            continue
+        text = str(block.get("content"))
+        if block.get("is_error") and "outcome_unknown" in text:
+            continue
+        if not block.get("is_error") and "sent " in text:
+            if call not in ended:
+                problems.append(f"plain MCP call {call} of run {run_id} was answered {text[:80]!r}, yet the "
+                                "server never finished its body")
+        elif call in starts:
+            problems.append(f"plain MCP call {call} of run {run_id} ran its body, yet its result is "
+                            f"{text[:120]!r}: neither its answer nor an outcome_unknown error")
+    return problems
+
+
+def _origin(snapshot: Snapshot, runs: list[str], call: str) -> str | None:
+    """Of the runs holding ``call``, the one whose step holding it was paid for (not a fork's copy)."""
+    for run_id in runs:
+        forked_at = snapshot.runs[run_id].get("forked_at") or 0
+        for (step_run, n), step in snapshot.steps.items():
+            if step_run == run_id and n > forked_at and f'"{call}"' in step["assistant"]:
+                return run_id
+    return None
+
+
+def _children(world: World, snapshot: Snapshot, names: dict, kept: dict) -> list[str]:
+    """Subagents: one child run per (parent run, call id), ever; only a subagent call has one; a child that
+    finished answers its parent (the result is its final text) and is never asked again."""
+    problems = []
+    by_call: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for run in snapshot.runs.values():
+        if run.get("parent_call_id"):
+            by_call[(run["parent_id"], run["parent_call_id"])].append(run["id"])
+    for key, ids in by_call.items():
+        if len(ids) > 1:
+            problems.append(f"call {key[1]} of run {key[0]} has {len(ids)} child runs: {sorted(ids)}")
+        before = world.children.setdefault(key, ids[0])
+        if before not in ids:
+            problems.append(f"call {key[1]} of run {key[0]} had child run {before}, now {sorted(ids)}")
+        if names.get(key) != SUBAGENT_TOOL:  # a child is made by a call its parent's committed step holds
+            problems.append(f"child run {ids[0]} belongs to call {key[1]} of run {key[0]}, which is "
+                            f"{'a ' + names[key] + ' call' if key in names else 'no call of that run'}")
+        child = snapshot.runs[ids[0]]
+        if child["status"] != "done":
+            continue
+        world.children_done.setdefault(child["id"], time.monotonic())
+        answer = kept.get(key)
+        if answer is not None and not answer.get("is_error") and (child["final_text"] or "") not in \
+                str(answer.get("content")):
+            problems.append(f"call {key[1]} of run {key[0]} was answered {str(answer.get('content'))[:100]!r}, "
+                            f"not its finished child {child['id']}'s answer {(child['final_text'] or '')[:60]!r}")
+    # A finished child is never asked again: no paid call of its task after it was first seen done (unless
+    # another run shares the task: a fork of the child, or the child of a fork of the parent).
+    tasks = Counter(run["user_msg"] for run in snapshot.runs.values())
+    requests = world.model.recorded()
+    for child_id, seen_done in world.children_done.items():
+        task = snapshot.runs[child_id]["user_msg"]
+        if tasks[task] > 1:
+            continue
+        late = [r for r in requests if r.status == 200 and r.task == task and r.arrived > seen_done]
+        if late:
+            problems.append(f"child run {child_id} had finished, yet {len(late)} more paid call(s) were made for it "
+                            f"(by {sorted({r.tag for r in late})})")
     return problems
 
 
@@ -266,6 +368,49 @@ def check_calls(world: World, final: bool) -> list[str]:
                             f"{deaths} death(s)")
     if final:
         world.outcome.paid_calls, world.outcome.paid_steps = total_calls, total_steps
+        problems += _tree_calls(world)
+    return problems
+
+
+def _tree_calls(world: World) -> list[str]:
+    """The invariant over each tree of runs (a run, its forks and its children, by ``parent_id``): the paid
+    calls made for its runs (told apart by their task, the first message) <= the tree's paid steps + the
+    deaths of the processes that called for it. A compacted run's requests no longer start with its task:
+    they are left out (the per-process count above holds them)."""
+    snapshot = read_snapshot(world.db)
+
+    def root(run_id: str) -> str:
+        seen = set()
+        while snapshot.runs[run_id].get("parent_id") in snapshot.runs and run_id not in seen:
+            seen.add(run_id)
+            run_id = snapshot.runs[run_id]["parent_id"]
+        return run_id
+
+    tree_of_task: dict[str, set[str]] = defaultdict(set)
+    for run in snapshot.runs.values():
+        tree_of_task[run["user_msg"]].add(root(run["id"]))
+    steps: Counter = Counter()
+    for (run_id, n) in snapshot.steps:
+        if n > (snapshot.runs[run_id].get("forked_at") or 0):
+            steps[root(run_id)] += 1
+    killed = {p.tag for p in world.procs if p.killed}
+    calls: Counter = Counter()
+    callers: dict[str, set[str]] = defaultdict(set)
+    requests = world.model.recorded()
+    for request in requests:
+        trees = tree_of_task.get(request.task, set())
+        if len(trees) != 1:
+            continue
+        (tree,) = trees
+        callers[tree].add(request.tag)
+        calls[tree] += request.status == 200
+    world.outcome.child_runs = sum(1 for run in snapshot.runs.values() if run.get("parent_call_id"))
+    problems = []
+    for tree, count in calls.items():
+        deaths = len(callers[tree] & killed)
+        if count > steps[tree] + deaths:
+            problems.append(f"the tree of run {tree} ({sum(1 for r in snapshot.runs if root(r) == tree)} run(s)) "
+                            f"had {count} paid call(s) for {steps[tree]} committed step(s) and {deaths} death(s)")
     return problems
 
 

@@ -15,6 +15,9 @@ from .agent_file import IDEMPOTENT, PLAIN, READ_ONLY, AgentSpec, ToolSpec
 from .plan import Action, Plan
 
 _LOOK = ToolSpec("look_0", READ_ONLY, "read")
+_TREE = "known:tree:77"  # its first run's first step calls sim__send, then ask_helper (a one-tool-step child)
+# Where the kills of a known plan must land (``kills_at``): a plan that met none of its junctions proves little.
+MUST_LAND = {_TREE: {"mcp": 1, "child": 1, "child-done": 1}}
 _FORK_OF_FORK = ('''{"seed":"20261205:postgres:512","backend":"BACKEND","agent":[{"name":"look_0","kind":"read_only","body":"read","approval":false},{"name":"look_1","kind":"read_only","body":"read","approval":false},{"name":"put_0","kind":"idempotent","body":"idempotent","approval":false},{"name":"put_1","kind":"idempotent","body":"idempotent","approval":false},{"name":"send_0","kind":"plain","body":"plain","approval":true},{"name":"send_1","kind":"plain","body":"plain","approval":false}],"actions":[{"verb":"start","pick":0.0,"pick2":0.0,"kill":null,"fault":null,"edit":""},{"verb":"fork","pick":0.758,"pick2":0.428,"kill":null,"fault":null,"edit":""},{"verb":"approve_one","pick":0.183,"pick2":0.848,"kill":["body",3,0.321],"fault":null,"edit":""},{"verb":"fork","pick":0.846,"pick2":0.45,"kill":null,"fault":null,"edit":""},{"verb":"approve","pick":0.522,"pick2":0.731,"kill":null,"fault":null,"edit":""}]}''')
 
 
@@ -69,4 +72,13 @@ def known_plans(backend: str) -> list[tuple[str, Plan]]:
               AgentSpec((_LOOK, ToolSpec("put_0", IDEMPOTENT, "idempotent"), ToolSpec("send_0", PLAIN, "plain"))),
               (Action("start", fault=("broken_stream", 0.0, 2)), Action("worker", fault=("broken_stream", 0.0, 1)),
                Action("resume"), Action("worker")))),
+        # MCP and subagents (issue #27), met every time: the first step calls the plain MCP tool, then the
+        # subagent tool. Killed inside the MCP body (the server, not killed with its client, finishes it); the
+        # resume answers it outcome_unknown and runs the child, killed mid-call; the next resume resumes that
+        # child, killed once it has committed its answer, before the parent kept it; the settling (a worker, a
+        # resume) hands the answer over without a call.
+        ("a kill inside a plain MCP call, inside a child run, and after a child finished before its parent kept it",
+         Plan(_TREE, backend, AgentSpec((_LOOK, ToolSpec("send_0", PLAIN, "plain")), mcp=True, subagent=True),
+              (Action("start", pick2=0.9, kill=("mcp", 1, 0.5)), Action("resume", kill=("child", 1, 0.3)),
+               Action("resume", kill=("child-done", 1, 0.0))))),
     ]

@@ -35,8 +35,13 @@ VERBS = {
 DRIVING = {"start", "resume", "worker", "approve", "approve_one", "deny", "edit_approve", "fork", "race"}
 # Where a kill -9 is aimed: inside a tool body (the ledger's start line), inside a commit (the trace's
 # "commit", the process paused in the write transaction), just after one, while a model call is in flight
-# (the server holds the answer), or at a random time.
+# (the server holds the answer), or at a random time; with an MCP server, inside a plain or idempotent MCP
+# tool's body (the server's ledger line from this client; the server itself is not killed); with a subagent
+# tool, inside a child run (a fraction after its Nth model request arrived: mid-call, or in its commit or
+# tools), or just after a child run committed its final step, before the parent kept the answer.
 KILL_MOMENTS = ("body", "commit", "committed", "api", "anytime")
+MCP_MOMENTS = ("mcp",)
+CHILD_MOMENTS = ("child", "child-done")
 # Faults laid over one driving action.
 FAULTS = {"sqlite": ("burst429", "burst529", "lock", "store_error", "broken_stream"),
           "postgres": ("burst429", "burst529", "lock", "store_error", "pg_drop", "broken_stream")}
@@ -74,12 +79,14 @@ class Plan:
     def to_json(self) -> str:
         return json.dumps({"seed": self.seed, "backend": self.backend,
                            "agent": [asdict(t) for t in self.agent.tools], "titles": self.agent.titles,
+                           "mcp": self.agent.mcp, "subagent": self.agent.subagent,
                            "actions": [asdict(a) for a in self.actions]}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         data = json.loads(text)
-        agent = AgentSpec(tuple(ToolSpec(**t) for t in data["agent"]), titles=data.get("titles", False))
+        agent = AgentSpec(tuple(ToolSpec(**t) for t in data["agent"]), titles=data.get("titles", False),
+                          mcp=data.get("mcp", False), subagent=data.get("subagent", False))
         actions = tuple(Action(**{**a, "kill": tuple(a["kill"]) if a["kill"] else None,
                                   "fault": tuple(a["fault"]) if a["fault"] else None}) for a in data["actions"])
         return cls(data["seed"], data["backend"], agent, actions)
@@ -87,6 +94,8 @@ class Plan:
     def describe(self) -> str:
         tools = ", ".join(f"{t.name}({t.kind}{', approval' if t.approval else ''})" for t in self.agent.tools)
         tools += ", set_title" if self.agent.titles else ""
+        tools += ", MCP sim__look/put/send" if self.agent.mcp else ""
+        tools += ", ask_helper (a child run per call)" if self.agent.subagent else ""
         lines = [f"agent: {tools}"] + [f"  {i + 1}. {a}" for i, a in enumerate(self.actions)]
         return "\n".join(lines)
 
@@ -97,13 +106,15 @@ class Plan:
         return Plan(self.seed, self.backend, self.agent, self.actions[:index] + self.actions[index + 1:])
 
 
-def draw_action(rng: random.Random, backend: str) -> Action:
+def draw_action(rng: random.Random, backend: str, agent: AgentSpec | None = None) -> Action:
     verb = rng.choices(list(VERBS), weights=list(VERBS.values()))[0]
     kill = fault = None
     if verb in DRIVING and verb != "race" and rng.random() < 0.6:
         # A decision runs the approved call's body at once: aim there half the time.
         deciding = verb in ("approve", "approve_one", "edit_approve") and rng.random() < 0.5
-        kill = ("body" if deciding else rng.choice(KILL_MOMENTS), rng.choice((1, 1, 1, 2, 3)), round(rng.random(), 3))
+        moments = KILL_MOMENTS + (MCP_MOMENTS if agent and agent.mcp else ()) + (
+            CHILD_MOMENTS if agent and agent.subagent else ())
+        kill = ("body" if deciding else rng.choice(moments), rng.choice((1, 1, 1, 2, 3)), round(rng.random(), 3))
     if verb in DRIVING and rng.random() < 0.3:
         kind = rng.choice(FAULTS[backend])
         if kind.startswith("burst"):
@@ -126,6 +137,9 @@ def draw_action(rng: random.Random, backend: str) -> Action:
 
 def draw_plan(seed: str, backend: str, length: int) -> Plan:
     rng = random.Random(seed)
-    agent = random_agent(rng)
+    # Half the agents have the MCP server, half the subagent tool: drawn apart from ``rng`` (so the tools and
+    # actions of a seed without them replay as before).
+    tree = random.Random(f"{seed}:tree")
+    agent = random_agent(rng, mcp=tree.random() < 0.5, subagent=tree.random() < 0.5)
     first = Action("start", 0.0, 0.0, None, None)
-    return Plan(seed, backend, agent, (first,) + tuple(draw_action(rng, backend) for _ in range(length - 1)))
+    return Plan(seed, backend, agent, (first,) + tuple(draw_action(rng, backend, agent) for _ in range(length - 1)))

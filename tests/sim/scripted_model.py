@@ -18,7 +18,11 @@ next ``count`` replies' streams part-way (recorded as ``BROKEN``, not paid);
 some seeded steps' replies fill the context window (``model_context_window_exceeded``: compacted and
 continued on a run with ``--compact-at``, else the run fails saying why);
 ``delay`` holds each answer (a call in flight, for kills mid-call);
-``on_request(tag)`` runs as a request arrives, before it is answered.
+``on_request(tag)`` runs as a request arrives, before it is answered; ``on_child(tag, event)`` as a child
+run's request arrives (``"request"``) and as one is answered with its final reply (``"final"``).
+A call of the subagent tool (its schema asks for a ``task``) gets a task naming the call, so each child run
+has its own script (half the replies that call it call it twice: two children side by side) and its requests are told apart by their first message; a child's request must offer
+the helper agent's tools (``child_tools``).
 Requests are checked against the Messages API's structural rules
 (``tests/api_rules.py``); a request the API would reject is recorded as a
 problem.
@@ -36,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from ..api_rules import problems as request_problems
+from .agent_file import CHILD_TASK
 from dayflow_tui.agent.streaming import events_of, sse_bytes
 
 from ..loopback_api import FAKE_KEY, error_reply
@@ -54,6 +59,15 @@ class Request:
     arrived: float = 0.0  # time.monotonic() when the request arrived
 
 
+def first_text(messages: list) -> str:
+    """The text of the first user message: the run's task (step 1's carries a cache breakpoint, so it comes as
+    a list of blocks; later steps' as a string)."""
+    first = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
+    if isinstance(first, list):
+        return "".join(b.get("text", "") for b in first if isinstance(b, dict) and b.get("type") == "text")
+    return first if isinstance(first, str) else ""
+
+
 class ScriptedModel:
     """A loopback Messages API whose answers are a seeded script; a context manager."""
 
@@ -61,6 +75,8 @@ class ScriptedModel:
         self.seed = seed
         self.delay = 0.0
         self.on_request: Callable[[str], None] | None = None
+        self.on_child: Callable[[str, str], None] | None = None
+        self.child_tools: set[str] | None = None  # the tools a child run's request must offer: the helper's
         self.requests: list[Request] = []
         self.problems: list[str] = []
         self.agent_tools: set[str] | None = None  # the tools every request must offer: the simulated agent's
@@ -99,6 +115,11 @@ class ScriptedModel:
     def paid(self, tags: set[str] | None = None) -> int:
         with self._lock:
             return sum(1 for r in self.requests if r.status == 200 and (tags is None or r.tag in tags))
+
+    def recorded(self) -> list[Request]:
+        """Every request so far (a copy: the server goes on recording)."""
+        with self._lock:
+            return list(self.requests)
 
     def refused(self, tags: set[str]) -> int:
         with self._lock:
@@ -139,11 +160,22 @@ class ScriptedModel:
             for i, spec in enumerate(rng.sample(tools, min(len(tools), rng.randint(1, 3)))):
                 call = f"toolu_sim{serial:05d}{i}"
                 args = {"call": call, "note": f"n{serial}x{i}"}
-                if "key" in (spec.get("input_schema") or {}).get("properties", {}):
+                properties = (spec.get("input_schema") or {}).get("properties", {})
+                if "key" in properties:
                     args["key"] = f"k{rng.randint(0, 3)}"
+                if "task" in properties:  # the subagent tool: a child run with a script of its own
+                    args = {"task": f"{CHILD_TASK} {call}: find what the parent needs"}
                 if spec["name"] == "set_title":  # the built-in tool: a title of a few, so some repeat
                     args = {"title": f"sim title {rng.randint(0, 2)}"}
                 content.append({"type": "tool_use", "id": call, "name": spec["name"], "input": args})
+            # Half the replies that call the subagent tool call it twice: two children side by side. Drawn
+            # from a generator of its own, so the rest of every script stays as it was.
+            twice = random.Random(f"{self.seed}|{task[:200]}|{step}|twice").random() < 0.5
+            helper = next((b for b in content if b.get("type") == "tool_use" and "task" in b["input"]), None)
+            if helper is not None and twice:
+                call = f"toolu_sim{serial:05d}9"
+                content.append({"type": "tool_use", "id": call, "name": helper["name"],
+                                "input": {"task": f"{CHILD_TASK} {call}: find what the parent needs"}})
             stop = "tool_use"
         return {"id": f"msg_sim_{serial:06d}", "type": "message", "role": "assistant",
                 "model": body.get("model", MODEL), "content": content, "stop_reason": stop, "stop_sequence": None,
@@ -163,18 +195,23 @@ class ScriptedModel:
         step = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant") + 1
         found = request_problems(messages)
         offered = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+        first = first_text(messages)
+        child = first.startswith(CHILD_TASK)
+        wanted = self.child_tools if child else self.agent_tools
         with self._lock:
             if found:
                 self.problems.append(f"{tag} sent a request the API would reject: {found[:3]}")
-            if self.agent_tools is not None and offered != self.agent_tools:
+            if wanted is not None and offered != wanted:
                 self.problems.append(f"{tag} asked for step {step} with tools {sorted(offered)}, not the run's "
-                                     f"agent's {sorted(self.agent_tools)}")
+                                     f"agent's {sorted(wanted)}")
             planned = self._burst.pop(0) if self._burst else None
             breaking = None
             if planned is None and self._breaks:
                 breaking = self._breaks.pop(0)
         if self.on_request is not None:
             self.on_request(tag)
+        if child and self.on_child is not None:
+            self.on_child(tag, "request")
         if planned is not None:
             status, retry_after = planned
             reply = error_reply(status, "simulated back-pressure", {"retry-after": f"{retry_after:g}"})
@@ -184,12 +221,13 @@ class ScriptedModel:
             reply = (200, {}, self.reply(body))
             if breaking is not None:
                 reply = (BROKEN, {"after": breaking[0], "error_type": breaking[1]}, reply[2])
+            elif child and self.on_child is not None and reply[2]["stop_reason"] == "end_turn":
+                self.on_child(tag, "final")
         with self._lock:
             if reply[0] in (200, BROKEN):
                 kind = "broken" if reply[0] == BROKEN else str(reply[2].get("stop_reason"))
                 self.replies[kind] = self.replies.get(kind, 0) + 1
-            first = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
-            self.requests.append(Request(tag, reply[0], step, first if isinstance(first, str) else "", arrived))
+            self.requests.append(Request(tag, reply[0], step, first, arrived))
         return reply
 
     def break_streams(self, count: int, error_type: str | None) -> None:

@@ -23,7 +23,7 @@ from .cancel_actions import check_cancels
 from .checks import check_calls, check_fleet_numbers, check_process, check_verdicts, check_world
 from .plan import Plan
 from .scripted_model import ScriptedModel
-from .world import Outcome, World, read_snapshot
+from .world import Outcome, World, read_mcp_ledger, read_snapshot
 
 # How long a killed client's last request may take to reach the server after the process died.
 LATE_REQUEST_S = 0.3
@@ -45,6 +45,7 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
                       proxy=database.proxy)
         world.model = model
         model.agent_tools = plan.agent.tool_names
+        model.child_tools = plan.agent.child_tool_names
         outcome = world.outcome
         for index, action in enumerate(plan.actions):
             first_proc = len(world.procs)
@@ -67,6 +68,9 @@ def run_example(plan: Plan, workdir: Path, database: Database) -> Outcome:
         time.sleep(LATE_REQUEST_S)
         outcome.problems += [f"calls: {p}" for p in check_calls(world, final=True)]
         outcome.replies = dict(model.replies)
+        for line in read_mcp_ledger(world.mcp_ledger):
+            if line.what == "mcp-start":
+                outcome.mcp_bodies[line.tool] = outcome.mcp_bodies.get(line.tool, 0) + 1
     outcome.seconds = time.monotonic() - started
     return outcome
 

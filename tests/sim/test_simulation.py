@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ..conftest import PG_SKIP_REASON, PG_URL, pg_schema
-from .known_plans import known_plans
+from .known_plans import MUST_LAND, known_plans
 from .plan import Plan, draw_plan
 from .simulate import Database, fresh_dir, run_example, shrink
 
@@ -91,6 +91,8 @@ def _record(report: str, backend: str, index: int, plan: Plan, outcome) -> None:
                              "paid_calls": outcome.paid_calls, "paid_steps": outcome.paid_steps,
                              "skipped": outcome.skipped, "verbs": outcome.verbs, "faults": outcome.faults,
                              "kills_at": outcome.kills_at, "replies": outcome.replies,
+                             "mcp": plan.agent.mcp, "subagent": plan.agent.subagent,
+                             "mcp_bodies": outcome.mcp_bodies, "child_runs": outcome.child_runs,
                              "problems": outcome.problems}) + "\n")
 
 
@@ -110,6 +112,9 @@ def test_simulation_mixing_features_and_faults(sim_backend, tmp_path):
     if plans is None and only is None and os.environ.get("DAYFLOW_SIM_KNOWN", "1") != "0":
         for what, plan in known_plans(sim_backend.name):
             outcome = sim_backend.attempt(plan, tmp_path / "known")
+            landed = {moment: outcome.kills_at.get(moment, 0) for moment in MUST_LAND.get(plan.seed, {})}
+            if landed != MUST_LAND.get(plan.seed, {}):
+                outcome.problems.append(f"its kills landed {landed}, not {MUST_LAND[plan.seed]}: it missed a junction")
             if outcome.problems:
                 text = f"known plan ({what}) failed again:\n" + _failure(plan, outcome)
                 print(text)

@@ -33,6 +33,8 @@ PROCESS_TIMEOUT_S = 120.0  # a process still running after this is in a retry lo
 BODY_PAUSE_S = 0.25  # how long a side-effecting body sleeps when a kill is aimed into it
 COMMIT_PAUSE_S = 0.05
 API_DELAY_S = 0.25
+CHILD_KILL_S = 0.5  # a kill inside a child run lands this long at most after its Nth request arrived
+CHILD_DONE_PAUSE_S = 0.2  # the pause after each commit while a kill waits for a child's last one
 VERDICTS = {"done", "failed", "waiting", "budget", "cancelled"}
 
 
@@ -117,6 +119,30 @@ class LedgerLine:
     at: float
 
 
+@dataclass
+class McpLine:
+    """A line of the MCP server's ledger (``mcp_server.py``): a body began or ended."""
+
+    what: str  # mcp-start or mcp-end
+    tool: str  # look, put or send
+    call: str
+    note: str
+    client: int  # the pid of the dayflow process that started the server
+    pid: int  # the server's
+    at: float
+
+
+def read_mcp_ledger(path: Path) -> list[McpLine]:
+    text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    lines = []
+    for raw in text.splitlines():
+        parts = raw.split()
+        if len(parts) == 7:
+            lines.append(McpLine(parts[0], parts[1], parts[2], parts[3], int(parts[4]), int(parts[5]),
+                                 float(parts[6])))
+    return lines
+
+
 def read_ledger(path: Path) -> list[LedgerLine]:
     lines = []
     text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
@@ -145,6 +171,8 @@ class Outcome:
     faults: dict[str, int] = field(default_factory=dict)  # faults laid over a process
     kills_at: dict[str, int] = field(default_factory=dict)  # kills that landed, by where they were aimed
     replies: dict[str, int] = field(default_factory=dict)  # the scripted model's replies by stop reason or "broken"
+    mcp_bodies: dict[str, int] = field(default_factory=dict)  # MCP tool bodies begun, by tool
+    child_runs: int = 0  # child runs made by the subagent tool
 
 
 class World:
@@ -160,6 +188,7 @@ class World:
         self.backend = plan.backend
         self.agent_path = workdir / "sim_agent.py"
         self.ledger = workdir / "ledger.log"
+        self.mcp_ledger = workdir / "mcp.log"  # the MCP server's (every server process of the example)
         self.spec: AgentSpec = plan.agent
         self.write_agent(plan.agent)
         open_store(self.db).close()  # the tables exist before any fault is laid on them
@@ -172,6 +201,8 @@ class World:
         # run -> (time.monotonic() when a `dayflow cancel` of it had exited 0, its step count read just after)
         self.cancels: dict[str, tuple[float, int]] = {}
         self.seen_cancelled: set[str] = set()
+        self.children: dict[tuple[str, str], str] = {}  # (parent run, call id) -> its child run, once seen
+        self.children_done: dict[str, float] = {}  # child run -> time.monotonic() when first seen done
 
     # -- the agent ---------------------------------------------------------
 
@@ -180,7 +211,7 @@ class World:
 
     # -- processes -----------------------------------------------------------
 
-    def env(self, tag: str, *, body_pause: float, commit_pause: float) -> dict[str, str]:
+    def env(self, tag: str, *, body_pause: float, commit_pause: float, after_commit: float = 0.0) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("ANTHROPIC_", "DAYFLOW_", "SIM_")) and k != "PYTEST_CURRENT_TEST"}
         env.update(self.model.env(tag))
@@ -190,9 +221,12 @@ class World:
                    DAYFLOW_STATE_DIR=str(self.dir / "state"), XDG_STATE_HOME=str(self.dir / "xdg-state"),
                    XDG_DATA_HOME=str(self.dir / "xdg-data"), XDG_CONFIG_HOME=str(self.dir / "xdg-config"),
                    DAYFLOW_USER="sim", SIM_LEDGER=str(self.ledger), SIM_BODY_PAUSE=f"{body_pause:g}",
+                   SIM_MCP_LEDGER=str(self.mcp_ledger),
                    PYTHONDONTWRITEBYTECODE="1")  # an edited agent file is read again, never a stale .pyc
-        if commit_pause:
-            env["DAYFLOW_TEST_PAUSE_IN"] = f"commit:{commit_pause:g}"
+        pauses = ([f"commit:{commit_pause:g}"] if commit_pause else []) + (
+            [f"committed:{after_commit:g}"] if after_commit else [])
+        if pauses:
+            env["DAYFLOW_TEST_PAUSE_IN"] = ",".join(pauses)
         return env
 
     def new_proc(self, *args: str, group: str = "") -> Proc:
@@ -202,12 +236,12 @@ class World:
         return proc
 
     def spawn(self, proc: Proc, *, stdin: str | None = None, body_pause: float = 0.0,
-              commit_pause: float = 0.0) -> subprocess.Popen:
+              commit_pause: float = 0.0, after_commit: float = 0.0) -> subprocess.Popen:
         out = open(self.dir / f"{proc.tag}.out", "wb")
         err = open(self.dir / f"{proc.tag}.err", "wb")
         with out, err:
             popen = subprocess.Popen(proc.argv, env=self.env(proc.tag, body_pause=body_pause,
-                                                             commit_pause=commit_pause),
+                                                             commit_pause=commit_pause, after_commit=after_commit),
                                      stdout=out, stderr=err,
                                      stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         if stdin is not None:
@@ -249,13 +283,15 @@ class World:
         proc.steps_before = read_snapshot(self.db).paid_steps()
         proc.backpressure = bool(fault) and fault[0].startswith("burst")
         moment = kill[0] if kill else ""
-        body_pause = BODY_PAUSE_S if moment == "body" else 0.0
+        body_pause = BODY_PAUSE_S if moment in ("body", "mcp", "child") else 0.0
         commit_pause = COMMIT_PAUSE_S if moment in ("commit", "committed") else 0.0
-        self.model.delay = API_DELAY_S if moment == "api" else 0.0
+        after_commit = CHILD_DONE_PAUSE_S if moment == "child-done" else 0.0
+        self.model.delay = API_DELAY_S if moment in ("api", "child") else 0.0
         timers: list[threading.Timer] = []
         watches: list[LineWatch] = []
         with self.fault(fault):
-            popen = self.spawn(proc, stdin=stdin, body_pause=body_pause, commit_pause=commit_pause)
+            popen = self.spawn(proc, stdin=stdin, body_pause=body_pause, commit_pause=commit_pause,
+                               after_commit=after_commit)
             if kill:
                 proc.kill_aim = moment
                 nth, fraction = kill[1], kill[2]
@@ -281,6 +317,38 @@ class World:
                 elif moment == "api":
                     fire = aimed(fraction * API_DELAY_S * 0.9)
                     self.model.on_request = lambda tag: fire() if tag == proc.tag else None
+                elif moment == "mcp":
+                    # Only the dayflow process is killed: its MCP server (a child, not in a group killed with
+                    # it) finishes the body it is in and exits when it reads the end of its stdin.
+                    watches.append(LineWatch(self.mcp_ledger, aimed(fraction * BODY_PAUSE_S * 0.9),
+                                             wanted=lambda line: line.split()[:2] in (["mcp-start", "send"],
+                                                                                      ["mcp-start", "put"])
+                                             and line.split()[4] == str(popen.pid)))
+                elif moment == "child":
+                    fire = aimed(fraction * CHILD_KILL_S)
+                    self.model.on_child = lambda tag, event: fire() if tag == proc.tag and event == "request" \
+                        else None
+                elif moment == "child-done":
+                    # The Nth child's final reply, then the next commit (that child's last step, the run done):
+                    # killed in the pause just after it, before the parent kept the child's answer.
+                    fire = aimed(0.0)
+                    trace = self.dir / f"{proc.tag}.trace"
+                    marks = {"seen": 0, "after": None}  # committed lines watched; how many were written at the final
+
+                    def final(tag: str, event: str) -> None:
+                        if tag == proc.tag and event == "final":
+                            text = trace.read_text(errors="replace") if trace.exists() else ""
+                            marks["after"] = sum(1 for line in text.splitlines() if line.strip() == "committed")
+
+                    def committed(_line: str) -> None:
+                        marks["seen"] += 1
+                        if marks["after"] is not None and marks["seen"] > marks["after"]:
+                            marks["after"] = None
+                            fire()
+
+                    self.model.on_child = final
+                    watches.append(LineWatch(trace, committed,
+                                             wanted=lambda line: line.strip() == "committed"))
                 else:
                     timer = threading.Timer(0.2 + fraction * 1.8, self.kill, (proc, popen))
                     timers.append(timer)
@@ -295,6 +363,7 @@ class World:
                 for timer in timers:
                     timer.cancel()
                 self.model.on_request = None
+                self.model.on_child = None
                 self.model.delay = 0.0
         proc.steps_after = read_snapshot(self.db).paid_steps()
         return proc
