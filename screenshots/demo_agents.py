@@ -75,3 +75,27 @@ RESEARCH = Agent(
     server_tools=({"type": "web_search_20250305", "name": "web_search", "max_uses": 5},),
     max_steps=8,
 )
+
+
+# A writer that hands research to two subagents side by side (issue #27): each call is a child run.
+RESEARCHER = Agent(
+    name="researcher",
+    system="Find the facts with fetch_page and answer with where each comes from.",
+    tools=(fetch_page,),
+    max_steps=4,
+)
+
+CRITIC = Agent(
+    name="critic",
+    system="Look for what limits or contradicts an easy answer (fetch_page); list the caveats.",
+    tools=(fetch_page,),
+    max_steps=4,
+    handback="summary",
+)
+
+WRITER = Agent(
+    name="writer",
+    system="Ask researcher and critic at once (both calls in one reply), then write a short answer.",
+    subagents=[RESEARCHER, CRITIC],
+    max_steps=6,
+)

@@ -62,7 +62,7 @@ MODEL = "claude-sonnet-4-5"
 NOW = datetime(2026, 12, 4, 16, 40)  # a Friday afternoon: the runs span Tuesday to Friday
 AGENTS_FILE = str(HERE / "demo_agents.py")
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg", "subagents.svg")
 # Claude Code sessions are imported from here (a fixed path: an imported run's id is made from it).
 CLAUDE_PROJECTS = Path(tempfile.gettempdir()) / "dayflow-screenshots-claude" / "projects"
 
@@ -183,6 +183,45 @@ class ScriptedClient:
             usage["server_tool_use"] = {"web_search_requests": 3 + seed % 4}
         message = OfflineMessage.model_validate({
             "id": f"msg_shot_{seed:08x}{step:02d}", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage})
+        return _streamed(message.to_dict(mode="json"), 0) if stream else message
+
+
+class TeamModel(ScriptedClient):
+    """The scripted model for the writer and its two subagents (a child is told by the tools it is offered)."""
+
+    def create(self, *, model: str, messages: list[dict], tools: list[dict] | None = None, stream: bool = False,
+               **_: object):
+        self.calls += 1
+        names = {t.get("name") for t in tools or []}
+        step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        task = _texts(messages[:1])
+        if "researcher" in names:  # the writer
+            content, stop = ([{"type": "text", "text": "Asking the researcher and the critic at once."},
+                              {"type": "tool_use", "id": "toolu_team01", "name": "researcher",
+                               "input": {"task": "What do the top 3 CDNs charge for 40 TB/month of egress?"}},
+                              {"type": "tool_use", "id": "toolu_team02", "name": "critic",
+                               "input": {"task": "What makes a CDN's list price misleading at 40 TB/month?"}}],
+                             "tool_use") if step == 1 else (
+                [{"type": "text", "text": "At 40 TB/month: Cloudflare's flat plans win on list price; Fastly and "
+                  "CloudFront land near $2,800-3,400 before committed-use discounts, which the critic says "
+                  "cut 20-40% on a one-year term."}], "end_turn")
+        elif step == 1:
+            content, stop = ([{"type": "text", "text": "Reading the price pages."},
+                              {"type": "tool_use", "id": f"toolu_page{len(task) % 97:02d}", "name": "fetch_page",
+                               "input": {"url": "https://www.cloudflare.com/plans/"}}], "tool_use")
+        else:
+            words = ("Cloudflare: flat plans, no metered egress; CloudFront: $0.085/GB first 10 TB, then "
+                     "$0.080; Fastly: $0.12/GB list." if "charge" in task else
+                     "List prices ignore committed-use discounts (20-40%), request fees and origin shield costs.")
+            content, stop = [{"type": "text", "text": words}], "end_turn"
+        seed = int(hashlib.sha256(f"{task}|{step}".encode()).hexdigest()[:8], 16)
+        usage = {"input_tokens": estimate_tokens({"tools": tools, "messages": messages}) + seed % 500,
+                 "cache_creation_input_tokens": 1800 + seed % 600 if step == 1 else 0,
+                 "cache_read_input_tokens": 0 if step == 1 else 1800 + seed % 600,
+                 "output_tokens": 120 + seed % 300}
+        message = OfflineMessage.model_validate({
+            "id": f"msg_team_{seed:08x}{step:02d}", "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage})
         return _streamed(message.to_dict(mode="json"), 0) if stream else message
 
@@ -551,6 +590,42 @@ async def snap_imported(store, save: Saver, source: str, name: str, *keys: str) 
         await pilot.press("q")
 
 
+def team_run(store) -> str:
+    """The writer's run with its two children, each child on the team's scripted model (a child's driver makes
+    its own client: ``request.make_client`` is pointed at the script's model while it runs)."""
+    from dayflow_tui.agent import request
+
+    made = request.make_client
+    request.make_client = lambda model: TeamModel()
+    try:
+        with clock_at(day(4, 16, 5)):
+            runs.run_brief(store, run_id="team-1204-1605", user_msg="Which CDN is cheapest for 40 TB/month of "
+                           "egress, and what is the catch?", model=MODEL, agent=demo_agents.WRITER,
+                           agent_ref=f"{AGENTS_FILE}:WRITER", client=TeamModel())
+    finally:
+        request.make_client = made
+    return "team-1204-1605"
+
+
+async def snap_subagents(tmp: Path, save: Saver) -> None:
+    """The writer's transcript at the step whose two calls started its subagents' runs."""
+    os.environ["DAYFLOW_FAKE_NOW"] = NOW.isoformat()
+    with clock_at(day(4, 16)):
+        store = open_store(tmp / "team.db")
+    try:
+        run_id = team_run(store)
+        app = DayflowApp(store)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: list_ready(app))
+            screen = await open_run(pilot, run_id)
+            await until(pilot, lambda: bool(getattr(screen, "subagents", None)))
+            await pilot.pause(0.6)
+            save(app, "subagents.svg")
+            await pilot.press("q")
+    finally:
+        store.close()
+
+
 async def main(out: Path) -> None:
     driver.time = SteadyTimer()
     with tempfile.TemporaryDirectory(prefix="dayflow-shots-") as tmp:
@@ -568,6 +643,7 @@ async def main(out: Path) -> None:
             # The Claude Code session at step 2 (the reply with its Bash call and the call's result).
             await snap_imported(store, Saver(out), "claude-code", "claude-code.svg", "j")
             await snap_imported(store, Saver(out), "otel", "otel-collect.svg")
+            await snap_subagents(Path(tmp), Saver(out))
         finally:
             store.release(lease)
             store.close()

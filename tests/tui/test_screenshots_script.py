@@ -20,7 +20,7 @@ from ..tui_helpers import settle, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "screenshots" / "make_screenshots.py"
 SHOTS = ("run-list.svg", "run-list-80x24.svg", "search.svg", "transcript.svg", "json-view.svg", "tasks.svg",
-         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg")
+         "resume.svg", "reply-streaming.svg", "claude-code.svg", "otel-collect.svg", "subagents.svg")
 
 
 def svg_text(path: Path) -> str:
@@ -46,6 +46,8 @@ def test_the_screenshot_script_draws_a_realistic_database(tmp_path):
     assert "set_title" in svg_text(out / "transcript.svg") and "fetch_page" in svg_text(out / "transcript.svg")
     assert "Bash" in svg_text(out / "claude-code.svg") and "Read-only" in svg_text(out / "claude-code.svg")
     assert "lookup_order" in svg_text(out / "otel-collect.svg") and "Read-only" in svg_text(out / "otel-collect.svg")
+    team = svg_text(out / "subagents.svg").replace("\xa0", " ")
+    assert "subagent run" in team and "researcher" in team and "critic" in team and "tree 3 runs" in team
 
 
 @pytest.mark.anyio
