@@ -4,7 +4,8 @@ The shared server (``DAYFLOW_TEST_PG_URL``) must never be restarted or reconfigu
 needs a server fault starts its own (see /work/shared/notes/private-postgres.md): ``initdb`` and
 ``pg_ctl`` run as the ``postgres`` user (they refuse root) on a data directory under the test's
 temporary directory owned by that user, on a free port, listening on 127.0.0.1 only with its socket
-in the data directory. It is always stopped (``pg_ctl stop -m immediate``) when the test ends.
+in the data directory. It is always stopped (``pg_ctl stop -m immediate``) when the test ends (the ``private_pg`` fixture,
+tests/conftest.py).
 
 fsync stays on: a crash test must meet the server's real recovery, not a faster one that could lose
 committed rows. Only memory is kept small (shared_buffers) so several clusters fit the machine.
@@ -19,8 +20,6 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-
-import pytest
 
 # Debian keeps the server binaries off PATH; the machine may have them on PATH too.
 _EXTRA_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
@@ -169,18 +168,3 @@ class PrivatePostgres:
         return self.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
                         f"AND application_name LIKE '{application_name_like}' "
                         "AND application_name NOT LIKE 'dayflow-test%'")[0][0]
-
-
-@pytest.fixture
-def private_pg(tmp_path):
-    """A private PostgreSQL cluster of the test's own (see ``PrivatePostgres``), stopped at the end."""
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    cluster = PrivatePostgres(tmp_path / "cluster")
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop("immediate")

@@ -28,7 +28,6 @@ What must hold, checked by the pool and here:
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -39,7 +38,7 @@ import pytest
 
 from ..chaos_pool import STEPS_PER_RUN, ChaosPool
 from ..fault_proxy import FaultProxy
-from ..private_pg import PrivatePostgres, private_pg  # noqa: F401  (the fixture)
+from ..private_pg import PrivatePostgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
