@@ -45,6 +45,7 @@ ITEMS = {
     "16": ("bench.bench_caching", "prompt caching dollars"),
     "17": ("bench.bench_fleet", "PostgreSQL fleet: schema setting, LISTEN/NOTIFY"),
     "18": ("bench.bench_mcp", "MCP call over HTTP vs stdio"),
+    "19": ("bench.bench_workers", "16 worker processes on a private PostgreSQL cluster"),
 }
 
 

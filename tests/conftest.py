@@ -217,3 +217,21 @@ def run_on_a_terminal(argv: list[str], *, stream: str, env: dict, timeout: float
         written += chunk
     os.close(leader)
     return done, written
+
+
+@pytest.fixture
+def private_pg(tmp_path):
+    """A private PostgreSQL cluster of the test's own, to restart, crash or starve (tests/private_pg.py);
+    stopped (``pg_ctl stop -m immediate``) at the end; skipped with the reason where initdb/pg_ctl are missing."""
+    from .private_pg import PrivatePostgres, missing_reason
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = PrivatePostgres(tmp_path / "cluster")
+    cluster.init()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop("immediate")
