@@ -265,7 +265,9 @@ def test_max_connections_low_with_more_workers_than_fit_at_start(private_pg, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
+# Not strict: the breach depends on which worker wins the three slots, so a lucky run may pass; a pass does not
+# mean it is mended (the finding is in the closing note of issue #29).
+@pytest.mark.xfail(strict=False, reason=(
     "issue #29 finding: max_connections lowered to 5 mid-work lets one worker take all 3 slots of the role; "
     "the others, each holding a paid reply, can neither commit it nor beat, their leases go stale after "
     "STALE_AFTER_S (60 s) and the run is taken over and its call bought again (39 calls for 36 steps, 0 deaths)"))
