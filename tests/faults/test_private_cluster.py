@@ -11,7 +11,7 @@ injected, once:
 - kill -9 of the postmaster, then start;
 - ``max_connections = 8`` set before the workers start (``superuser_reserved_connections = 2`` keeps two
   for the test's own reader and probe, 6 for the workers' role: 2 of the 4 workers fit, the others wait),
-  then a fast restart mid-way; and ``max_connections = 5`` lowered mid-work, a strict xfail recording a
+  then a fast restart mid-way; and ``max_connections = 5`` lowered mid-work, an xfail recording a
   breach of the calls bound (see its reason);
 - a blackhole through the fault proxy (tests/fault_proxy.py): every byte on every connection held for
   6 s, new connections too.
@@ -265,7 +265,7 @@ def test_max_connections_low_with_more_workers_than_fit_at_start(private_pg, tmp
 
 
 @pytest.mark.slow
-# Not strict: the breach depends on which worker wins the three slots, so a lucky run may pass; a pass does not
+# Not strict: a fault trial is timing-dependent, so a lucky run may not meet the breach; a pass does not
 # mean it is mended (the finding is in the closing note of issue #29).
 @pytest.mark.xfail(strict=False, reason=(
     "issue #29 finding: max_connections lowered to 5 mid-work lets one worker take all 3 slots of the role; "
