@@ -17,7 +17,8 @@ from ..config.errors import ModelCallFailed, RateLimited, RunBusy
 from ..money import estimate
 from ..money.cost import Cost, price_call, step_usage
 from ..redaction import redact_and_cut
-from ..store import Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
+from ..store import COMMIT_WHILE_CONFIRMED_S, CONFIRM_AFTER_S, Lease, ReplySpooled, RunStatus, Store, StepRecord, dumps, spool_reply
+from ..store.retry import only_while
 from ..store.tables.approvals import CallToAsk
 from ..testhook import pause_point
 from . import backpressure, request, telemetry
@@ -250,6 +251,11 @@ class Driver:
             if self.shared is not None and not self._within_shared_limit(n, prepared.est_after):
                 # The worker stops while the call waited for its limit: released as at a step boundary, no call.
                 return self.result(RunStatus.RUNNING.value, None, n - 1, spent_in, spent_out, replayed)
+            # Never pay on a lease in doubt: heartbeats that kept failing (the database away, its connection slots
+            # taken) let another worker take the run over at STALE_AFTER_S and buy this step again. Confirmed
+            # here with one write (none while the heartbeat keeps it fresh); the database still away: no call.
+            if self.lease.unconfirmed_for() > CONFIRM_AFTER_S and not self.store.heartbeat(self.lease):
+                raise RunBusy(f"run {run.id} was taken over by another process")
             # The commit of the reply we are about to buy must land in the file the user will look at.
             self.store.verify_same_database()
             started = time.monotonic()
@@ -401,9 +407,13 @@ class Driver:
         """Commit a paid reply; if the database will not take it, keep it in this host's spool and stop."""
         status, text, error = final or (None, None, None)
         started = time.monotonic()
+        lease = self.lease
         try:
-            self.store.append_step(self.run.id, step, lease=self.lease, final_status=status, final_text=text,
-                                   final_error=error)
+            # The commit keeps trying (commit_retry_s) only while the lease is not in doubt: heartbeats failing
+            # too, the reply goes to the spool before the run can be taken over and the step bought again.
+            with only_while(lambda: lease.unconfirmed_for() < COMMIT_WHILE_CONFIRMED_S):
+                self.store.append_step(self.run.id, step, lease=lease, final_status=status, final_text=text,
+                                       final_error=error)
         except RunBusy:
             raise
         except Exception as exc:

@@ -15,8 +15,8 @@ readable line. The store knows nothing of the agent or any front end.
 from . import driver_imports  # first: Peewee is imported without the drivers SQLite never uses
 from .dialect import is_url, safe_url
 from .api import Store, default_db_path, open_store
-from .leases import (HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host, Lease, effective_status, holder, owner_alive,
-                     pid_alive, process_start_time, still_refused)
+from .leases import (COMMIT_WHILE_CONFIRMED_S, CONFIRM_AFTER_S, HEARTBEAT_EVERY_S, STALE_AFTER_S, this_host,
+                     Lease, effective_status, holder, owner_alive, pid_alive, process_start_time, still_refused)
 from .models import Run, Step, Task
 from .retry import attempt_number, is_connection_error
 from .schema import MIGRATIONS, SCHEMA_VERSION
@@ -38,7 +38,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = [
+__all__ = ["COMMIT_WHILE_CONFIRMED_S", "CONFIRM_AFTER_S", 
     "CHANGE_SLOTS", "HEARTBEAT_EVERY_S", "HOSTNAME", "MIGRATIONS", "RESUMABLE", "SCHEMA_VERSION", "SEED_TASKS",
     "STALE_AFTER_S", "this_host", "Lease", "ReplySpooled", "ReplayStep", "Run", "RunStatus", "Step", "StepRecord", "StoreHandle", "Task",
     "attempt_number", "default_db_path", "dumps", "effective_status", "holder", "ingest_spool",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
 # A lease whose heartbeat is older than this is taken over (on the owner's own host a dead pid at once).
 STALE_AFTER_S = 60.0
 HEARTBEAT_EVERY_S = 10.0
+# A holder whose lease no write has confirmed for this long (its heartbeats failing: the database away, or
+# every connection slot taken) confirms it before it pays for a call: past STALE_AFTER_S another worker may
+# take the run over and buy the same step again, so a reply must never be bought on a lease in doubt.
+CONFIRM_AFTER_S = 2 * HEARTBEAT_EVERY_S
+# A paid reply's commit retries only while its lease was confirmed less than this long ago, then spools the
+# reply: on this host, whoever takes the run over at STALE_AFTER_S stores it before any call (15 s for the
+# server's clock against ours, the spool's fsyncs and the taker's poll).
+COMMIT_WHILE_CONFIRMED_S = STALE_AFTER_S - 15.0
 
 
 def this_host() -> str:
@@ -62,6 +71,13 @@ class Lease:
     # The shared-limit slot of the call in flight under this lease (``tables/limits.py``): each beat renews it,
     # so it outlives a long call and expires soon after this process dies. None: no slot held (no query).
     limit_slot: str | None = None
+    # When a write under this lease (the claim, a heartbeat) last began and found it ours (time.monotonic()):
+    # taken at the write's start, so the server's heartbeat_at is never older than what this says.
+    confirmed_at: float = field(default_factory=time.monotonic)
+
+    def unconfirmed_for(self) -> float:
+        """Seconds since a write last confirmed this lease (see ``CONFIRM_AFTER_S``)."""
+        return time.monotonic() - self.confirmed_at
 
     def start_heartbeat(self, every: float | None = None) -> None:
         every = HEARTBEAT_EVERY_S if every is None else every
@@ -223,10 +239,12 @@ def owner_values(store: StoreHandle, token: str) -> dict:
 @store_call
 def heartbeat(store: StoreHandle, lease: Lease) -> bool:
     """Refresh the lease; False when another process has taken it over. A cancel asked meanwhile is noted."""
+    started = time.monotonic()
     with store.write_transaction():
         ours = (Run.update(heartbeat_at=store.dialect.now())
                 .where(Run.id == lease.run_id, Run.lease_token == lease.token).execute()) == 1
         if ours:
+            lease.confirmed_at = max(lease.confirmed_at, started)
             note_cancel(store, lease)
             slot = lease.limit_slot
             if slot is not None:

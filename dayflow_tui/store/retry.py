@@ -115,6 +115,19 @@ def patience(seconds: float):
         _retry_state.cap = before
 
 
+@contextlib.contextmanager
+def only_while(still: Callable[[], bool]):
+    """Store calls in this block (this thread) retry only while ``still()`` holds, whatever their window: a
+    paid reply's commit stops retrying once its lease is in doubt, so the reply is spooled on this host
+    before another worker can take the run over and buy the step again."""
+    before = getattr(_retry_state, "still", None)
+    _retry_state.still = still if before is None else (lambda: before() and still())
+    try:
+        yield
+    finally:
+        _retry_state.still = before
+
+
 def patience_left(window: float) -> float:
     """``window`` capped by the ``patience`` block this thread is in (if any)."""
     cap = getattr(_retry_state, "cap", None)
@@ -221,7 +234,8 @@ def store_call(method: Callable | None = None, *, retry_for: Callable[["StoreHan
                             transient = is_transient(exc) or seen["cut"]
                             if transient:
                                 self.close_thread_connection()  # the next try starts on a fresh connection
-                            if transient and time.monotonic() < deadline:
+                            still = getattr(_retry_state, "still", None)
+                            if transient and time.monotonic() < deadline and (still is None or still()):
                                 time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
                                 attempt += 1
                                 continue

@@ -11,8 +11,8 @@ injected, once:
 - kill -9 of the postmaster, then start;
 - ``max_connections = 8`` set before the workers start (``superuser_reserved_connections = 2`` keeps two
   for the test's own reader and probe, 6 for the workers' role: 2 of the 4 workers fit, the others wait),
-  then a fast restart mid-way; and ``max_connections = 5`` lowered mid-work, an xfail recording a
-  breach of the calls bound (see its reason);
+  then a fast restart mid-way; and ``max_connections = 5`` lowered mid-work (a trial that once broke the
+  calls bound: see its comment);
 - a blackhole through the fault proxy (tests/fault_proxy.py): every byte on every connection held for
   6 s, new connections too.
 
@@ -265,12 +265,10 @@ def test_max_connections_low_with_more_workers_than_fit_at_start(private_pg, tmp
 
 
 @pytest.mark.slow
-# Not strict: a fault trial is timing-dependent, so a lucky run may not meet the breach; a pass does not
-# mean it is mended (the finding is in the closing note of issue #29).
-@pytest.mark.xfail(strict=False, reason=(
-    "issue #29 finding: max_connections lowered to 5 mid-work lets one worker take all 3 slots of the role; "
-    "the others, each holding a paid reply, can neither commit it nor beat, their leases go stale after "
-    "STALE_AFTER_S (60 s) and the run is taken over and its call bought again (39 calls for 36 steps, 0 deaths)"))
+# issue #29's finding, mended: one worker takes all 3 of the role's slots and the others, each holding a paid
+# reply, can neither commit it nor beat. Their commits stop retrying once their leases are in doubt and the
+# replies go to this host's spool, which the worker taking each run over stores before any call (it used to
+# keep retrying past STALE_AFTER_S: 39 calls for 36 steps, 0 deaths).
 def test_max_connections_five_lowered_mid_work(private_pg, tmp_path):
     # Lowered mid-work (the restart ends every session), so the workers meet it reconnecting mid-run.
     report, fault, probe, pool = _trial(private_pg, tmp_path, "max_connections=5",
