@@ -20,16 +20,24 @@ from dayflow_tui.store.retry import only_while
 from ..conftest import CountingClient
 
 
-def test_a_lease_unconfirmed_for_too_long_is_confirmed_before_a_call_and_a_lost_one_pays_nothing(store):
+def test_a_lease_unconfirmed_for_too_long_is_confirmed_before_a_call_and_a_lost_one_pays_nothing(store,
+                                                                                                monkeypatch):
     run = store.create_run("brief me", model="offline")
     lease = store.claim(run.id)
-    lease.confirmed_at = time.monotonic() - CONFIRM_AFTER_S - 1  # its heartbeats failing all that time
-    Run.update(lease_token="x" * 32).where(Run.id == run.id).execute()  # meanwhile another worker took it
+    kept = store.set_tool_results
+
+    def then_doubt_and_lose(*args, **kwargs):
+        # Step 1's tool results land; then its heartbeats fail for longer than CONFIRM_AFTER_S, and meanwhile
+        # another worker takes the run over: the next thing the driver does is step 2's call.
+        kept(*args, **kwargs)
+        lease.confirmed_at = time.monotonic() - CONFIRM_AFTER_S - 1
+        Run.update(lease_token="x" * 32).where(Run.id == run.id).execute()
+
+    monkeypatch.setattr(store, "set_tool_results", then_doubt_and_lose)
     client = CountingClient()
     with pytest.raises(RunBusy):
         runs.drive_claimed(store, run.id, lease, agent=brief.AGENT, client=client)
-    assert client.calls == 0
-    assert store.steps(run.id) == []
+    assert client.calls == 1 == len(store.steps(run.id))  # step 2 was never bought
 
 
 def test_a_lease_in_doubt_that_is_still_ours_is_confirmed_and_the_run_goes_on(store):
