@@ -93,6 +93,21 @@ FOLLOW_EVERY_S = 1.0  # --follow-claude-code: how often the session files are re
 # While the database pushes commits, a screen's poll of the change marker is a safety net this often.
 LIVE_SAFETY_POLL_S = 5.0
 
+class _NoFeed:
+    """The change feed before the real one is made: never live, nothing to stop."""
+
+    live = False
+
+    def start(self) -> "_NoFeed":
+        return self
+
+    def stop(self) -> None:
+        pass
+
+
+_NO_FEED_YET = _NoFeed()
+
+
 class DayflowApp(App):
     """The dashboard. ``client_factory(model)`` builds model clients (tests inject counting fakes)."""
 
@@ -128,8 +143,11 @@ class DayflowApp(App):
         self._resuming: set[str] = set()
         # Commits pushed by the database (PostgreSQL: LISTEN on the feed's own connection and thread); while it
         # is live the screens' poll timers only tick every LIVE_SAFETY_POLL_S, as a safety net.
-        self.change_feed = store.change_feed(on_change=self._changes_pushed)
+        # Made on a thread at mount (``_open_change_feed``): the UI thread never calls the store, not even to build
+        # the listener. Until then (and on SQLite) nothing pushes and the screens poll.
+        self.change_feed: Any = _NO_FEED_YET
         self._push_queued = threading.Event()
+        self._closing_feed = threading.Event()
 
     def _changes_pushed(self) -> None:
         """On the feed's thread: one ChangesPushed in the queue at a time (a burst of commits is one poll)."""
@@ -165,7 +183,11 @@ class DayflowApp(App):
         self.push_screen(RunListScreen(status=state.status_filter, sort=state.sort, ascending=state.ascending,
                                        hidden=state.hidden_columns))
         self.call_after_refresh(self.settle_heap)
-        self.change_feed.start()
+        if self.change_feed is _NO_FEED_YET:
+            self.run_worker(self._open_change_feed, thread=True, name="change-feed", group="change-feed",
+                            exit_on_error=False)
+        else:  # one given before the app ran (a test's, through a proxy): started as it is
+            self.change_feed.start()
         self.set_interval(1.0, self._settle_if_asked)
         if self.follow_claude_code is not None:
             self._follow_tick()
@@ -298,7 +320,16 @@ class DayflowApp(App):
                 self.notify(f"Cannot remember the dashboard's theme, filter and columns: {printable(one_line(str(exc), 200))}",
                             severity="warning")
 
+    def _open_change_feed(self) -> None:
+        """On a thread: the database's change feed, started (PostgreSQL: LISTEN on a connection of its own)."""
+        feed = self.store.change_feed(on_change=self._changes_pushed)
+        feed.start()
+        self.change_feed = feed
+        if self._closing_feed.is_set():  # the app ended while it was being made
+            feed.stop()
+
     def on_unmount(self) -> None:
+        self._closing_feed.set()
         self.change_feed.stop()
         self.reader.close()
 
