@@ -140,6 +140,7 @@ class DayflowApp(App):
         self.pricing: str | None = None  # a run whose resume waits for its price (then maybe a confirm)
         self.resumed: dict[str, Any] = {}  # run id -> the RunResult of a resume driven here
         self.forming: dict[str, FormingReply] = {}  # run id -> its reply streaming in now (driven here)
+        self._committed_n: dict[str, int] = {}  # run id -> its newest step committed while driven here
         self._resuming: set[str] = set()
         # Commits pushed by the database (PostgreSQL: LISTEN on the feed's own connection and thread); while it
         # is live the screens' poll timers only tick every LIVE_SAFETY_POLL_S, as a safety net.
@@ -612,6 +613,8 @@ class DayflowApp(App):
     def _reply_forming(self, message: ReplyForming) -> None:
         if self.driving != message.run_id:
             return  # a late message of a drive that has ended
+        if message.reply.n <= self._committed_n.get(message.run_id, 0):
+            return  # a late piece of a step already committed (pieces are coalesced, so one can trail the commit)
         self.forming[message.run_id] = message.reply
         for screen in self.screen_stack:
             hook = getattr(screen, "reply_forming", None)
@@ -620,6 +623,9 @@ class DayflowApp(App):
 
     @on(StepCommitted)
     def _step_committed(self, message: StepCommitted) -> None:
+        if message.events:
+            self._committed_n[message.run_id] = max(self._committed_n.get(message.run_id, 0),
+                                                    *(e.n for e in message.events))
         forming = self.forming.get(message.run_id)
         if forming is not None and any(e.n >= forming.n for e in message.events):
             del self.forming[message.run_id]  # the committed step replaces what was drawn as it arrived
